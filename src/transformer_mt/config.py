@@ -1,0 +1,162 @@
+"""Typed configuration: dataclasses validated once, registered with Hydra as schemas.
+
+Hydra composes the YAML files in ``conf/`` on top of ``TrainConfig``; because the schema
+is a structured config, a key that does not exist (``model.dmodel=256``) is an error, not
+a silently ignored setting. Model code receives a ``TransformerConfig``, never a DictConfig.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class TransformerConfig:
+    """The architecture (§3) and its regularisation (§5.4); presets in ``conf/model``."""
+
+    name: str = "custom"
+    n_layers: int = 6  # N, for encoder and decoder alike
+    d_model: int = 512
+    d_ff: int = 2048  # inner FFN width, 2048 in base
+    n_heads: int = 8  # h
+    dropout: float = 0.1  # P_drop: sub-layer outputs and embedding + position sums
+    attention_dropout: float = 0.0  # on attention weights; the paper uses none
+    label_smoothing: float = 0.1  # ε_ls
+    norm_first: bool = False  # False: post-LN as in the paper; True: pre-LN + final LayerNorm
+    positional: str = "sinusoidal"  # or "learned" (Table 3 row E)
+    max_positions: int = 1024
+    tie_embeddings: bool = True  # encoder, decoder and pre-softmax weights share one matrix
+    vocab_size: int = 0  # set from the tokenizer at build time
+    pad_id: int = 0  # fixed by transformer_mt.data.tokenizer
+
+    def __post_init__(self) -> None:
+        for key in ("n_layers", "d_model", "d_ff", "n_heads", "max_positions"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"model.{key} must be positive, got {getattr(self, key)}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"model.d_model={self.d_model} must be divisible by model.n_heads={self.n_heads}"
+            )
+        for key in ("dropout", "attention_dropout", "label_smoothing"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise ValueError(f"model.{key} must be in [0, 1), got {getattr(self, key)}")
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ValueError(
+                f"model.positional must be 'sinusoidal' or 'learned', got {self.positional!r}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        """d_k = d_v = d_model / h (64 in base and big)."""
+        return self.d_model // self.n_heads
+
+
+@dataclass
+class DataConfig:
+    """A parallel corpus, its tokenizer and its batching; presets in ``conf/data``."""
+
+    name: str = MISSING
+    source: str = "demo"  # where pairs come from: "demo" (built in)
+    src_lang: str = "es"
+    tgt_lang: str = "en"
+    seed: int = 1234  # the demo corpus and subsets are drawn from it
+    train_size: int = 40_000  # demo corpus only
+    valid_size: int = 1_000
+    test_size: int = 1_000
+    vocab_size: int = 1_000  # joint SentencePiece BPE vocabulary
+    max_len: int = 128  # pairs longer than this (in pieces) are filtered and counted
+    max_tokens: int = 4_096  # padded tokens per batch, per side
+    valid_max_sentences: int = 1_000  # sentences decoded for validation BLEU each epoch
+    num_workers: int = 0
+    cache_dir: str = MISSING
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < self.max_len + 2:
+            raise ValueError(
+                f"data.max_tokens={self.max_tokens} cannot hold one pair of data.max_len="
+                f"{self.max_len} pieces plus BOS/EOS; raise max_tokens or lower max_len"
+            )
+
+
+@dataclass
+class OptimConfig:
+    """Adam with the inverse-square-root warm-up schedule (§5.3); presets in ``conf/optim``."""
+
+    name: str = "paper"
+    lr_factor: float = 1.0  # multiplies d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
+    warmup: int = 4000
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.warmup <= 0:
+            raise ValueError(f"optim.warmup must be positive, got {self.warmup}")
+
+
+@dataclass
+class DecodeConfig:
+    """Search settings for validation and test (§6.1: beam 4, α 0.6, max length |x| + 50)."""
+
+    beam_size: int = 1  # 1 = greedy
+    length_penalty: float = 0.6  # α of ((5 + |Y|) / 6)^α
+    max_len_a: float = 1.0  # max output length = a · |X| + b
+    max_len_b: int = 50
+    batch_size: int = 128  # sentences decoded at once
+
+
+@dataclass
+class TrainerConfig:
+    """Arguments passed on to ``lightning.Trainer``; presets in ``conf/trainer``."""
+
+    accelerator: str = "cpu"
+    devices: Any = 1
+    num_nodes: int = 1
+    strategy: str = "auto"
+    precision: str = "32-true"
+    max_epochs: int | None = 10
+    max_steps: int = -1
+    max_time: str | None = None  # "DD:HH:MM:SS"
+    gradient_clip_val: float | None = None
+    accumulate_grad_batches: int = 1
+    log_every_n_steps: int = 50
+    val_check_interval: Any = None
+    check_val_every_n_epoch: int = 1
+    num_sanity_val_steps: int = 0
+    limit_train_batches: Any = None
+    limit_val_batches: Any = None
+    fast_dev_run: Any = False
+    deterministic: Any = False
+    enable_progress_bar: bool = True
+
+
+@dataclass
+class AlignConfig:
+    """The alignment heatmap drawn at the end of training."""
+
+    layer: int = -1  # decoder layer whose cross-attention is plotted (heads averaged)
+    src: str = "el gato negro duerme en casa"
+    tgt: str | None = None  # None: the model's own translation
+
+
+@dataclass
+class TrainConfig:
+    """The primary config of ``scripts/train.py`` (``conf/train.yaml``)."""
+
+    model: TransformerConfig = field(default_factory=TransformerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    align: AlignConfig = field(default_factory=AlignConfig)
+    seed: int = 1234
+    output_dir: str = MISSING  # the run directory (Hydra's)
+
+
+def register_configs() -> None:
+    """Register the schema so that ``conf/train.yaml`` is validated against it."""
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)

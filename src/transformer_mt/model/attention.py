@@ -1,0 +1,123 @@
+"""Scaled dot-product and multi-head attention (§3.2, Eq. 1, Figure 2).
+
+Legend: B batch, H heads, Tq query length, Tk key length, D d_model, Dh head dim (d_k = d_v).
+Masks are bool with True = may attend (see ``masks.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer_mt.model.cache import LayerCache
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """Attention(Q, K, V) = softmax(QKᵀ / √d_k) V, the reference math that also returns weights.
+
+    Args:
+        q: (..., Tq, Dh) queries.
+        k: (..., Tk, Dh) keys.
+        v: (..., Tk, Dv) values.
+        mask: bool, broadcastable to (..., Tq, Tk); True = may attend.
+        dropout_p: dropout on the attention weights (applied to the output path only, so
+            the returned weights are the softmax itself).
+
+    Returns:
+        output (..., Tq, Dv) and weights (..., Tq, Tk), whose rows sum to 1.
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., Tq, Tk)
+    if mask is not None:
+        # finfo.min, not -inf or -1e9: safe in fp16/bf16 and never NaN.
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)  # (..., Tq, Tk)
+    dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
+    return dropped @ v, weights  # (..., Tq, Dv), (..., Tq, Tk)
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (§3.2.2), as self- or cross-attention.
+
+    W^Q, W^K and W^V are stacked in one (3D, D) matrix, so self-attention projects with a
+    single matmul; cross-attention applies the Q rows to the decoder state and the K/V rows
+    to the encoder output. The forward pass uses PyTorch's fused SDPA kernel unless the
+    weights are asked for; then it runs the reference function above. A test pins the two.
+    """
+
+    def __init__(
+        self, d_model: int, n_heads: int, dropout: float = 0.0, cross: bool = False, bias: bool = True
+    ) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.dropout, self.cross = dropout, cross
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)  # W^Q; W^K; W^V
+        self.out = nn.Linear(d_model, d_model, bias=bias)  # W^O
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
+
+    def _rows(self, start: int, stop: int | None) -> tuple[Tensor, Tensor | None]:
+        bias = self.qkv.bias
+        return self.qkv.weight[start:stop], None if bias is None else bias[start:stop]
+
+    def project_memory(self, memory: Tensor) -> LayerCache:
+        """K and V of the encoder output for cross-attention, computed once per source batch.
+
+        Args:
+            memory: (B, S, D) encoder output.
+        """
+        k, v = F.linear(memory, *self._rows(self.d_model, None)).split(self.d_model, dim=-1)
+        return LayerCache(self._split_heads(k), self._split_heads(v))  # 2 x (B, H, S, Dh)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        memory: Tensor | None = None,
+        cache: LayerCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, LayerCache, Tensor | None]:
+        """Attend from ``x`` to itself (self-attention) or to the encoder output (cross).
+
+        Args:
+            x: (B, Tq, D) the queries' input.
+            mask: bool, broadcastable to (B, H, Tq, Tk); True = may attend.
+            memory: (B, S, D) encoder output; cross-attention only, unneeded once cached.
+            cache: self-attention: K/V of earlier positions, extended by this call's
+                (incremental decoding); cross-attention: ``project_memory(memory)``.
+            need_weights: also return the per-head weights.
+
+        Returns:
+            output (B, Tq, D); the K/V to pass as ``cache`` next step; weights
+            (B, H, Tq, Tk) or None.
+        """
+        # 1) Project from D to H heads of Dh.
+        if self.cross:
+            q = self._split_heads(F.linear(x, *self._rows(0, self.d_model)))  # (B, H, Tq, Dh)
+            kv = cache if cache is not None else self.project_memory(memory)
+        else:
+            q, k, v = (self._split_heads(t) for t in self.qkv(x).split(self.d_model, dim=-1))
+            if cache is not None:  # one new position appended to the earlier ones
+                k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)  # (B, H, Tk, Dh)
+            kv = LayerCache(k, v)
+        # 2) Scaled dot-product attention on all heads in parallel.
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            y, weights = scaled_dot_product_attention(q, kv.k, kv.v, mask, p)
+        else:
+            y, weights = F.scaled_dot_product_attention(q, kv.k, kv.v, attn_mask=mask, dropout_p=p), None
+        # 3) "Concat" the heads and apply W^O.
+        B, _, Tq, _ = y.shape
+        y = y.transpose(1, 2).reshape(B, Tq, self.d_model)  # (B, Tq, D)
+        return self.out(y), kv, weights

@@ -1,0 +1,186 @@
+"""The encoder-decoder Transformer (§3, Figure 1).
+
+Legend: B batch, S source length, T target length, D d_model, V vocabulary, L layers,
+H heads. Masks are bool with True = may attend, built only in ``masks.py``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from transformer_mt.config import TransformerConfig
+from transformer_mt.model.cache import DecoderCache
+from transformer_mt.model.embeddings import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    TokenEmbedding,
+)
+from transformer_mt.model.layers import DecoderLayer, EncoderLayer
+from transformer_mt.model.masks import decoder_self_mask, padding_mask
+
+
+class Embed(nn.Module):
+    """Token embedding · √d_model + position, then dropout (§3.4, §3.5, §5.4)."""
+
+    def __init__(self, cfg: TransformerConfig, tokens: TokenEmbedding) -> None:
+        super().__init__()
+        self.tokens = tokens
+        positional = LearnedPositionalEmbedding if cfg.positional == "learned" else SinusoidalPositionalEncoding
+        self.positions = positional(cfg.d_model, cfg.max_positions)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
+        """(B, T) ids at positions offset.. -> (B, T, D)."""
+        return self.dropout(self.tokens(ids) + self.positions(ids.size(1), offset))
+
+
+class Encoder(nn.Module):
+    """N identical layers of self-attention and FFN (§3.1)."""
+
+    def __init__(self, cfg: TransformerConfig, embed: Embed) -> None:
+        super().__init__()
+        self.embed = embed
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
+        # Pre-LN leaves the residual stream un-normalised, so it needs one last LayerNorm.
+        self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+
+    def forward(self, src: Tensor, src_mask: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+        """src (B, S), src_mask (B, 1, 1, S) -> memory (B, S, D), self-attention weights per layer."""
+        x = self.embed(src)  # (B, S, D)
+        weights = []
+        for layer in self.layers:
+            x, w = layer(x, src_mask, need_weights)
+            if w is not None:
+                weights.append(w)  # (B, H, S, S)
+        return self.final_norm(x), weights
+
+
+class Decoder(nn.Module):
+    """N identical layers of masked self-attention, cross-attention and FFN (§3.1)."""
+
+    def __init__(self, cfg: TransformerConfig, embed: Embed) -> None:
+        super().__init__()
+        self.embed = embed
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_layers))
+        self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+
+    def forward(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor | None,
+        memory_mask: Tensor,
+        self_mask: Tensor | None,
+        cache: DecoderCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Decoder states for ``tgt_in`` (B, T), updating ``cache`` in place when one is given.
+
+        Returns:
+            states (B, T, D) and the cross-attention weights per layer, each (B, H, T, S).
+        """
+        offset = cache.offset if cache is not None else 0
+        x = self.embed(tgt_in, offset)  # (B, T, D)
+        weights = []
+        for i, layer in enumerate(self.layers):
+            self_cache = cache.self_attn[i] if cache is not None else None
+            cross_cache = cache.cross_attn[i] if cache is not None else None
+            x, self_kv, _, w = layer(
+                x, memory, self_mask, memory_mask, self_cache, cross_cache, need_weights
+            )
+            if cache is not None:
+                cache.self_attn[i] = self_kv
+            if w is not None:
+                weights.append(w)
+        if cache is not None:
+            cache.offset += tgt_in.size(1)
+        return self.final_norm(x), weights
+
+
+class Transformer(nn.Module):
+    """Encoder, decoder and the linear + softmax head (Figure 1).
+
+    With ``tie_embeddings`` (a joint source/target vocabulary) the encoder embedding, the
+    decoder embedding and the pre-softmax projection are one matrix (§3.4).
+    """
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        if cfg.vocab_size <= 0:
+            raise ValueError("model.vocab_size must be set (it comes from the tokenizer)")
+        self.cfg = cfg
+        src_tokens = TokenEmbedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        tgt_tokens = src_tokens if cfg.tie_embeddings else TokenEmbedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.encoder = Encoder(cfg, Embed(cfg, src_tokens))
+        self.decoder = Decoder(cfg, Embed(cfg, tgt_tokens))
+        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)  # pre-softmax projection
+        self.reset_parameters()
+        if cfg.tie_embeddings:
+            self.generator.weight = src_tokens.weight
+
+    @classmethod
+    def from_config(cls, cfg: TransformerConfig) -> Transformer:
+        return cls(cfg)
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform matrices, zero biases, N(0, d^-0.5) embeddings with a zero pad row.
+
+        With the √d_model scaling the embeddings then enter the model with unit variance, and
+        as the tied output projection they give logits of unit scale.
+        """
+        for name, p in self.named_parameters():
+            if "tokens" in name:
+                nn.init.normal_(p, std=self.cfg.d_model**-0.5)
+                with torch.no_grad():
+                    p[self.cfg.pad_id].zero_()
+            elif p.dim() > 1 and "positions" not in name:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def encode(self, src: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor, list[Tensor]]:
+        """src (B, S) -> memory (B, S, D), its padding mask (B, 1, 1, S), self-attention weights."""
+        src_mask = padding_mask(src, self.cfg.pad_id)
+        memory, weights = self.encoder(src, src_mask, need_weights)
+        return memory, src_mask, weights
+
+    def decode(
+        self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor, need_weights: bool = False
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Teacher-forced decoding of a whole target.
+
+        Args:
+            tgt_in: (B, T) BOS + target, padded.
+            memory: (B, S, D); memory_mask: (B, 1, 1, S).
+
+        Returns:
+            logits (B, T, V) and the cross-attention weights per layer, each (B, H, T, S).
+        """
+        self_mask = decoder_self_mask(tgt_in, self.cfg.pad_id)  # (B, 1, T, T)
+        states, weights = self.decoder(tgt_in, memory, memory_mask, self_mask, need_weights=need_weights)
+        return self.generator(states), weights  # (B, T, V)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """src (B, S), tgt_in (B, T) -> logits (B, T, V); softmax is left to the loss."""
+        memory, src_mask, _ = self.encode(src)
+        return self.decode(tgt_in, memory, src_mask)[0]
+
+    # Incremental decoding: the search algorithms only use these two methods.
+
+    def start_decoding(self, memory: Tensor, memory_mask: Tensor) -> DecoderCache:
+        """Project the encoder output to every layer's cross-attention K/V once."""
+        cross = [layer.cross_attn.project_memory(memory) for layer in self.decoder.layers]
+        return DecoderCache([None] * len(cross), cross, memory_mask)
+
+    def decode_step(
+        self, tokens: Tensor, cache: DecoderCache, need_weights: bool = False
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Log-probabilities of the next token given the newest ``tokens`` (B, 1) and the cache.
+
+        The cache is extended in place by one position per call.
+
+        Returns:
+            log-probabilities (B, V) and cross-attention weights per layer, each (B, H, 1, S).
+        """
+        states, weights = self.decoder(tokens, None, cache.memory_mask, None, cache, need_weights)
+        return self.generator(states[:, -1]).log_softmax(dim=-1), weights  # (B, V)
