@@ -7,11 +7,11 @@ a silently ignored setting. Model code receives a ``TransformerConfig``, never a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 
 @dataclass
@@ -155,6 +155,25 @@ class TrainConfig:
     align: AlignConfig = field(default_factory=AlignConfig)
     seed: int = 1234
     output_dir: str = MISSING  # the run directory (Hydra's)
+
+
+def check_keys(cfg: DictConfig, schema: type = None, prefix: str = "") -> None:
+    """Refuse keys the schema does not have, including ones forced in with Hydra's ``+key=value``.
+
+    Hydra already rejects ``key=value`` for an unknown key; ``+key=value`` bypasses the
+    struct flag, and ``OmegaConf.to_object`` would then drop the key silently.
+    """
+    schema = schema or OmegaConf.get_type(cfg)
+    known = {f.name: f for f in fields(schema)}
+    for key in cfg.keys():
+        if key not in known:
+            raise ValueError(
+                f"unknown config key '{prefix}{key}'; {prefix.rstrip('.') or 'the top level'} accepts: "
+                f"{', '.join(sorted(known))} (see transformer_mt/config.py)"
+            )
+        child = OmegaConf.get_type(cfg, key)
+        if child is not None and is_dataclass(child) and isinstance(cfg[key], DictConfig):
+            check_keys(cfg[key], child, f"{prefix}{key}.")
 
 
 def register_configs() -> None:

@@ -7,6 +7,7 @@ Masks are bool with True = may attend (see ``masks.py``).
 from __future__ import annotations
 
 import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -53,7 +54,12 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(
-        self, d_model: int, n_heads: int, dropout: float = 0.0, cross: bool = False, bias: bool = True
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        cross: bool = False,
+        bias: bool = True,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -109,14 +115,20 @@ class MultiHeadAttention(nn.Module):
         else:
             q, k, v = (self._split_heads(t) for t in self.qkv(x).split(self.d_model, dim=-1))
             if cache is not None:  # one new position appended to the earlier ones
-                k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)  # (B, H, Tk, Dh)
+                k, v = (
+                    torch.cat([cache.k, k], dim=2),
+                    torch.cat([cache.v, v], dim=2),
+                )  # (B, H, Tk, Dh)
             kv = LayerCache(k, v)
         # 2) Scaled dot-product attention on all heads in parallel.
         p = self.dropout if self.training else 0.0
         if need_weights:
             y, weights = scaled_dot_product_attention(q, kv.k, kv.v, mask, p)
         else:
-            y, weights = F.scaled_dot_product_attention(q, kv.k, kv.v, attn_mask=mask, dropout_p=p), None
+            y, weights = (
+                F.scaled_dot_product_attention(q, kv.k, kv.v, attn_mask=mask, dropout_p=p),
+                None,
+            )
         # 3) "Concat" the heads and apply W^O.
         B, _, Tq, _ = y.shape
         y = y.transpose(1, 2).reshape(B, Tq, self.d_model)  # (B, Tq, D)

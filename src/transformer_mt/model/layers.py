@@ -63,7 +63,9 @@ class EncoderLayer(nn.Module):
         self.norm_attn = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
         self.norm_ffn = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
 
-    def forward(self, x: Tensor, src_mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, x: Tensor, src_mask: Tensor, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
         """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D) and self-attention weights (B, H, S, S) or None."""
         y, _, weights = self.self_attn(self.norm_attn.enter(x), src_mask, need_weights=need_weights)
         x = self.norm_attn.exit(x, y)
@@ -77,7 +79,9 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cross=True)
+        self.cross_attn = MultiHeadAttention(
+            cfg.d_model, cfg.n_heads, cfg.attention_dropout, cross=True
+        )
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
         self.norm_self = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
         self.norm_cross = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
@@ -112,7 +116,11 @@ class DecoderLayer(nn.Module):
         x = self.norm_self.exit(x, y)
         # 2) Encoder-decoder attention: queries from the decoder, keys and values from the encoder.
         y, cross_kv, weights = self.cross_attn(
-            self.norm_cross.enter(x), memory_mask, memory=memory, cache=cross_cache, need_weights=need_weights
+            self.norm_cross.enter(x),
+            memory_mask,
+            memory=memory,
+            cache=cross_cache,
+            need_weights=need_weights,
         )
         x = self.norm_cross.exit(x, y)
         # 3) Position-wise feed-forward.

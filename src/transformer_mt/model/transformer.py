@@ -26,7 +26,11 @@ class Embed(nn.Module):
     def __init__(self, cfg: TransformerConfig, tokens: TokenEmbedding) -> None:
         super().__init__()
         self.tokens = tokens
-        positional = LearnedPositionalEmbedding if cfg.positional == "learned" else SinusoidalPositionalEncoding
+        positional = (
+            LearnedPositionalEmbedding
+            if cfg.positional == "learned"
+            else SinusoidalPositionalEncoding
+        )
         self.positions = positional(cfg.d_model, cfg.max_positions)
         self.dropout = nn.Dropout(cfg.dropout)
 
@@ -45,7 +49,9 @@ class Encoder(nn.Module):
         # Pre-LN leaves the residual stream un-normalised, so it needs one last LayerNorm.
         self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
 
-    def forward(self, src: Tensor, src_mask: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+    def forward(
+        self, src: Tensor, src_mask: Tensor, need_weights: bool = False
+    ) -> tuple[Tensor, list[Tensor]]:
         """src (B, S), src_mask (B, 1, 1, S) -> memory (B, S, D), self-attention weights per layer."""
         x = self.embed(src)  # (B, S, D)
         weights = []
@@ -110,10 +116,16 @@ class Transformer(nn.Module):
             raise ValueError("model.vocab_size must be set (it comes from the tokenizer)")
         self.cfg = cfg
         src_tokens = TokenEmbedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        tgt_tokens = src_tokens if cfg.tie_embeddings else TokenEmbedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        tgt_tokens = (
+            src_tokens
+            if cfg.tie_embeddings
+            else TokenEmbedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        )
         self.encoder = Encoder(cfg, Embed(cfg, src_tokens))
         self.decoder = Decoder(cfg, Embed(cfg, tgt_tokens))
-        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)  # pre-softmax projection
+        self.generator = nn.Linear(
+            cfg.d_model, cfg.vocab_size, bias=False
+        )  # pre-softmax projection
         self.reset_parameters()
         if cfg.tie_embeddings:
             self.generator.weight = src_tokens.weight
@@ -138,7 +150,9 @@ class Transformer(nn.Module):
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
 
-    def encode(self, src: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor, list[Tensor]]:
+    def encode(
+        self, src: Tensor, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor, list[Tensor]]:
         """src (B, S) -> memory (B, S, D), its padding mask (B, 1, 1, S), self-attention weights."""
         src_mask = padding_mask(src, self.cfg.pad_id)
         memory, weights = self.encoder(src, src_mask, need_weights)
@@ -157,7 +171,9 @@ class Transformer(nn.Module):
             logits (B, T, V) and the cross-attention weights per layer, each (B, H, T, S).
         """
         self_mask = decoder_self_mask(tgt_in, self.cfg.pad_id)  # (B, 1, T, T)
-        states, weights = self.decoder(tgt_in, memory, memory_mask, self_mask, need_weights=need_weights)
+        states, weights = self.decoder(
+            tgt_in, memory, memory_mask, self_mask, need_weights=need_weights
+        )
         return self.generator(states), weights  # (B, T, V)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:

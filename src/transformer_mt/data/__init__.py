@@ -1,0 +1,1 @@
+"""Corpora, the tokenizer and batching; imports nothing from the model."""

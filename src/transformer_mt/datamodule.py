@@ -1,0 +1,67 @@
+"""The ``LightningDataModule``: corpus, tokenizer and token-bucketed loaders for one data config."""
+
+from __future__ import annotations
+
+import lightning as L
+from datasets import DatasetDict
+from torch.utils.data import DataLoader
+
+from transformer_mt.config import DataConfig
+from transformer_mt.data.batching import TokenBatchSampler, collate
+from transformer_mt.data.dataset import load_corpus, tokenize, train_tokenizer
+from transformer_mt.data.tokenizer import Tokenizer
+
+
+class TranslationDataModule(L.LightningDataModule):
+    """Builds (once, cached on disk) and serves the splits of ``cfg``'s corpus."""
+
+    def __init__(self, cfg: DataConfig, seed: int = 1234) -> None:
+        super().__init__()
+        self.cfg, self.seed = cfg, seed
+        self.tokenizer: Tokenizer | None = None
+        self.text: DatasetDict | None = None
+        self.splits: DatasetDict | None = None
+
+    def prepare_data(self) -> None:
+        """Generate or load the corpus, train SentencePiece and tokenize: all cached for later runs."""
+        corpus = load_corpus(self.cfg)
+        tokenize(corpus, train_tokenizer(corpus, self.cfg), self.cfg)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits is not None:
+            return
+        self.text = load_corpus(self.cfg)
+        self.tokenizer = train_tokenizer(self.text, self.cfg)
+        self.splits = tokenize(self.text, self.tokenizer, self.cfg)
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        ds = self.splits[split]
+        lens = ds.with_format("numpy", columns=["src_len", "tgt_len"])[:]
+        trainer = self.trainer
+        sampler = TokenBatchSampler(
+            lens["src_len"],
+            lens["tgt_len"],
+            self.cfg.max_tokens,
+            shuffle=shuffle,
+            seed=self.seed,
+            num_replicas=trainer.world_size if trainer else 1,
+            rank=trainer.global_rank if trainer else 0,
+        )
+        if trainer is not None and shuffle:
+            sampler.set_epoch(trainer.current_epoch)
+        return DataLoader(
+            ds.with_format(columns=["src_ids", "tgt_ids", "index"]),
+            batch_sampler=sampler,
+            collate_fn=collate,
+            num_workers=self.cfg.num_workers,
+            persistent_workers=self.cfg.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("valid", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)

@@ -1,0 +1,157 @@
+"""The ``LightningModule``: the training logic around a plain ``Transformer``.
+
+It owns the loss (label-smoothed cross-entropy, §5.4), the optimizer and schedule (§5.3),
+logging, and validation/test decoding for SacreBLEU. The model knows none of these.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from transformer_mt.config import DecodeConfig, OptimConfig, TransformerConfig
+from transformer_mt.data.batching import Batch
+from transformer_mt.data.tokenizer import PAD_ID
+from transformer_mt.decoding import greedy_decode
+from transformer_mt.metrics import corpus_bleu
+from transformer_mt.model import Transformer
+from transformer_mt.optim import build_optimizer
+
+
+def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+    """Summed label-smoothed loss and summed NLL over non-pad targets.
+
+    The smoothed target puts 1 - ε on the reference and spreads ε uniformly over the
+    vocabulary (Szegedy et al. 2016, as in the paper); padding positions count for nothing.
+
+    Args:
+        logits: (B, T, V); target: (B, T).
+
+    Returns:
+        (loss, nll), both scalars summed over the real target tokens.
+    """
+    lprobs = logits.float().log_softmax(dim=-1)  # (B, T, V)
+    real = target != PAD_ID  # (B, T)
+    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)[real]  # (N,)
+    smooth = -lprobs.mean(dim=-1)[real]  # (N,): cross-entropy with the uniform distribution
+    return ((1.0 - epsilon) * nll + epsilon * smooth).sum(), nll.sum()
+
+
+class TranslationModule(L.LightningModule):
+    """Trains a ``Transformer``; validation and test decode greedily and score with SacreBLEU."""
+
+    def __init__(self, model: dict, optim: dict, decode: dict, tokenizer_path: str = "") -> None:
+        super().__init__()
+        self.save_hyperparameters()  # plain dicts, so a checkpoint rebuilds the model alone
+        self.model_cfg = TransformerConfig(**model)
+        self.optim_cfg = OptimConfig(**optim)
+        self.decode_cfg = DecodeConfig(**decode)
+        self.model = Transformer(self.model_cfg)
+        self._outputs: dict[str, dict[int, list[int]]] = {}  # split -> row -> hypothesis ids
+        self._nll: dict[str, list] = {}  # split -> [summed NLL, target tokens]
+        self._tick: float | None = None
+
+    @classmethod
+    def from_configs(
+        cls,
+        model: TransformerConfig,
+        optim: OptimConfig,
+        decode: DecodeConfig,
+        tokenizer_path: str = "",
+    ) -> TranslationModule:
+        return cls(asdict(model), asdict(optim), asdict(decode), tokenizer_path)
+
+    def _step(self, batch: Batch) -> tuple[Tensor, Tensor, int]:
+        logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
+        loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.model_cfg.label_smoothing)
+        return loss, nll, batch.n_tgt_tokens
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        loss, nll, n_tokens = self._step(batch)
+        now = time.perf_counter()
+        if self._tick is not None:  # throughput over the whole step, data loading included
+            self.log("train/tok_s", n_tokens / (now - self._tick), prog_bar=True, on_step=True)
+        self._tick = now
+        self.log("train/loss", loss / n_tokens, prog_bar=True, on_step=True)
+        self.log("train/ppl", math.exp(min(nll.item() / n_tokens, 50.0)), on_step=True)
+        self.log("train/lr", self.lr_schedulers().get_last_lr()[0], on_step=True)
+        # Per-token mean, so the gradient scale does not depend on how full the batch is.
+        return loss / n_tokens
+
+    def on_train_epoch_start(self) -> None:
+        self._tick = None
+
+    def _eval_step(self, batch: Batch, split: str) -> None:
+        loss, nll, n_tokens = self._step(batch)
+        self.log(
+            f"{split}/loss",
+            loss / n_tokens,
+            batch_size=n_tokens,
+            on_epoch=True,
+            prog_bar=split == "val",
+        )
+        self._nll[split][0] += nll.item()
+        self._nll[split][1] += n_tokens
+        rows = torch.arange(batch.index.numel(), device=batch.index.device)
+        if split == "val":  # validation BLEU on a fixed sample: the first valid_max_sentences rows
+            rows = (
+                (batch.index < self.trainer.datamodule.cfg.valid_max_sentences).nonzero().squeeze(1)
+            )
+        if rows.numel():
+            hyps = greedy_decode(
+                self.model, batch.src[rows], self.decode_cfg.max_len_a, self.decode_cfg.max_len_b
+            )
+            self._outputs[split].update(zip(batch.index[rows].tolist(), hyps))
+
+    def _start_eval(self, split: str) -> None:
+        self._outputs[split], self._nll[split] = {}, [0.0, 0]
+
+    def on_validation_epoch_start(self) -> None:
+        self._start_eval("val")
+
+    def on_test_epoch_start(self) -> None:
+        self._start_eval("test")
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def detokenized(self, split: str) -> tuple[list[int], list[str]]:
+        """Row numbers and detokenized hypotheses of the last validation/test pass, in row order."""
+        outputs = self._outputs.get(split, {})
+        rows = sorted(outputs)
+        return rows, self.trainer.datamodule.tokenizer.decode([outputs[r] for r in rows])
+
+    def _log_bleu(self, split: str, data_split: str) -> None:
+        rows, hyps = self.detokenized(split)
+        if not rows:
+            return
+        refs = self.trainer.datamodule.text[data_split].select(rows)["tgt"]
+        bleu = corpus_bleu(hyps, list(refs))
+        nll, n_tokens = self._nll[split]
+        self.log(f"{split}/bleu", bleu.score, prog_bar=True, sync_dist=True)
+        self.log(
+            f"{split}/ppl",
+            math.exp(min(nll / max(n_tokens, 1), 50.0)),
+            prog_bar=True,
+            sync_dist=True,
+        )
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_bleu("val", "valid")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_bleu("test", "test")
+
+    def configure_optimizers(self) -> dict:
+        optimizer, schedule = build_optimizer(
+            self.parameters(), self.optim_cfg, self.model_cfg.d_model
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

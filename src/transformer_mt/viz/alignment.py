@@ -1,0 +1,184 @@
+"""Cross-attention as an alignment: capture it, fold pieces into words, draw it.
+
+Legend: L decoder layers, H heads, T target pieces, S source pieces, W words.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+from transformer_mt.data.tokenizer import BOS_ID, EOS_ID  # noqa: E402
+from transformer_mt.model import Transformer  # noqa: E402
+
+WORD_START = "\u2581"  # SentencePiece's "▁", which starts every word
+
+
+@torch.no_grad()
+def cross_attention(model: Transformer, src: Tensor, tgt: Tensor) -> Tensor:
+    """Teacher-forced cross-attention weights of every decoder layer and head.
+
+    Row t is the distribution while the decoder *produces* ``tgt[t]`` (its input is BOS,
+    tgt[0], .., tgt[t-1]).
+
+    Args:
+        src: (S,) EOS-terminated source ids of one sentence.
+        tgt: (T,) EOS-terminated target ids.
+
+    Returns:
+        (L, H, T, S) weights; each row sums to 1.
+    """
+    was_training = model.training
+    model.eval()
+    tgt_in = torch.cat([tgt.new_tensor([BOS_ID]), tgt[:-1]])[None]  # (1, T)
+    memory, src_mask, _ = model.encode(src[None])
+    _, weights = model.decode(tgt_in, memory, src_mask, need_weights=True)
+    model.train(was_training)
+    return torch.stack([w[0] for w in weights])  # (L, H, T, S)
+
+
+def word_groups(pieces: list[str]) -> list[list[int]]:
+    """Indices of the pieces of each word: a new word starts at every piece with "▁".
+
+    Special pieces such as ``</s>`` form words of their own.
+    """
+    groups: list[list[int]] = []
+    for i, piece in enumerate(pieces):
+        if (
+            not groups
+            or piece.startswith(WORD_START)
+            or piece.startswith("<")
+            or pieces[i - 1].startswith("<")
+        ):
+            groups.append([i])
+        else:
+            groups[-1].append(i)
+    return groups
+
+
+def words_of(pieces: list[str], groups: list[list[int]]) -> list[str]:
+    return ["".join(pieces[i] for i in g).replace(WORD_START, "") for g in groups]
+
+
+def to_words(weights: Tensor, tgt_groups: list[list[int]], src_groups: list[list[int]]) -> Tensor:
+    """Piece-level (..., T, S) weights to word level (..., W_tgt, W_src).
+
+    A target word's row is the mean of its pieces' rows (it stays a distribution); a source
+    word's column is the sum of its pieces' columns (the mass given to the word).
+    """
+    rows = torch.stack(
+        [weights[..., g, :].mean(dim=-2) for g in tgt_groups], dim=-2
+    )  # (..., W_tgt, S)
+    return torch.stack(
+        [rows[..., g].sum(dim=-1) for g in src_groups], dim=-1
+    )  # (..., W_tgt, W_src)
+
+
+def plot_alignment(
+    weights: Tensor, src_words: list[str], tgt_words: list[str], title: str = ""
+) -> Figure:
+    """A labelled heatmap: rows target words, columns source words, values in [0, 1].
+
+    Args:
+        weights: (W_tgt, W_src).
+    """
+    w = weights.detach().float().cpu().numpy()
+    if w.shape != (len(tgt_words), len(src_words)):
+        raise ValueError(
+            f"weights of shape {w.shape} do not match {len(tgt_words)} target x {len(src_words)} source words"
+        )
+    size = max(3.0, 0.45 * max(w.shape) + 1.5)
+    fig, ax = plt.subplots(figsize=(size + 1.0, size))
+    image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(src_words)), src_words, rotation=60, ha="left", rotation_mode="anchor")
+    ax.set_yticks(range(len(tgt_words)), tgt_words)
+    ax.xaxis.tick_top()
+    ax.xaxis.set_label_position("top")
+    ax.set_xlabel("source")
+    ax.set_ylabel("target")
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="attention weight")
+    if title:
+        ax.set_title(title, fontsize=10, y=-0.08, va="top")
+    fig.tight_layout()
+    return fig
+
+
+def hard_alignment(weights: Tensor) -> set[tuple[int, int]]:
+    """One link per target word: its most attended source word.
+
+    Args:
+        weights: (W_tgt, W_src) word-level attention.
+
+    Returns:
+        Links (source i, target j), the Pharaoh ``i-j`` convention.
+    """
+    return {(int(i), j) for j, i in enumerate(weights.argmax(dim=-1).tolist())}
+
+
+def alignment_error_rate(
+    predicted: set[tuple[int, int]],
+    sure: set[tuple[int, int]],
+    possible: set[tuple[int, int]] | None = None,
+) -> float:
+    """AER = 1 - (|A∩S| + |A∩P|) / (|A| + |S|) (Och & Ney 2003), with P ⊇ S.
+
+    Sets may hold links of many sentences at once, e.g. as (sentence, i, j) triples.
+    """
+    possible = (possible or set()) | sure
+    if not predicted and not sure:
+        return 0.0
+    return 1.0 - (len(predicted & sure) + len(predicted & possible)) / (len(predicted) + len(sure))
+
+
+def word_attention(
+    model: Transformer, tokenizer, src_ids: list[int], tgt_ids: list[int]
+) -> tuple[Tensor, list[str], list[str]]:
+    """Word-level cross-attention of every layer and head for one pair of piece-id sequences.
+
+    Args:
+        src_ids, tgt_ids: piece ids without EOS (it is appended here and kept as a word "</s>").
+
+    Returns:
+        weights (L, H, W_tgt, W_src), the source words and the target words.
+    """
+    src, tgt = torch.tensor(src_ids + [EOS_ID]), torch.tensor(tgt_ids + [EOS_ID])
+    weights = cross_attention(model, src, tgt)  # (L, H, T, S)
+    src_pieces = [tokenizer.sp.id_to_piece(i) for i in src.tolist()]
+    tgt_pieces = [tokenizer.sp.id_to_piece(i) for i in tgt.tolist()]
+    src_groups, tgt_groups = word_groups(src_pieces), word_groups(tgt_pieces)
+    words = to_words(weights, tgt_groups, src_groups)  # (L, H, W_tgt, W_src)
+    return words, words_of(src_pieces, src_groups), words_of(tgt_pieces, tgt_groups)
+
+
+def layer_aer(
+    model: Transformer, tokenizer, pairs: list[tuple[str, str, str]], shift: bool = False
+) -> list[float]:
+    """AER of each decoder layer's head-averaged cross-attention against gold alignments.
+
+    Each target word is linked to its most attended source word (EOS row and column left
+    out). With ``shift``, a target word's row is the one where it is the decoder's *input*
+    (Chen et al. 2020), i.e. the next row.
+
+    Args:
+        pairs: (source text, target text, gold Pharaoh links "i-j ...") with sure links only.
+
+    Returns:
+        AER per layer, first layer first.
+    """
+    predicted: list[set] = [set() for _ in model.decoder.layers]
+    gold: set = set()
+    for n, (src, tgt, links) in enumerate(pairs):
+        src_ids, tgt_ids = tokenizer.encode([src, tgt])
+        words, src_words, _ = word_attention(
+            model, tokenizer, src_ids, tgt_ids
+        )  # (L, H, W_tgt, W_src)
+        words = words.mean(dim=1)[:, 1:, :-1] if shift else words.mean(dim=1)[:, :-1, :-1]
+        for layer, w in enumerate(words):
+            predicted[layer] |= {(n, i, j) for i, j in hard_alignment(w)}
+        gold |= {(n, *map(int, link.split("-"))) for link in links.split()}
+    return [alignment_error_rate(p, gold) for p in predicted]

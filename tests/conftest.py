@@ -1,0 +1,55 @@
+"""Shared fixtures: a tiny seeded model config, and Hydra composition of the real conf/."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from transformer_mt.config import TransformerConfig, register_configs
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+register_configs()
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def tiny_cfg() -> TransformerConfig:
+    return TransformerConfig(
+        name="test",
+        n_layers=2,
+        d_model=16,
+        d_ff=32,
+        n_heads=2,
+        dropout=0.0,
+        vocab_size=24,
+        max_positions=64,
+    )
+
+
+@pytest.fixture
+def compose_cfg(tmp_path: Path) -> Callable[..., DictConfig]:
+    """Compose conf/train.yaml with overrides, writing into tmp_path and caching under it."""
+
+    def _compose(*overrides: str) -> DictConfig:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            return compose(
+                "train",
+                overrides=[
+                    f"output_dir={tmp_path / 'run'}",
+                    f"data.cache_dir={tmp_path / 'cache'}",
+                    *overrides,
+                ],
+            )
+
+    return _compose

@@ -1,0 +1,144 @@
+"""The demo corpus, the tokenizer and batching."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_mt.data import demo_corpus
+from transformer_mt.data.batching import TokenBatchSampler, collate
+from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+
+SIZES = {"train": 3000, "valid": 200, "test": 200}
+
+
+@pytest.fixture(scope="module")
+def corpus() -> dict[str, list[demo_corpus.Pair]]:
+    return demo_corpus.generate(7, SIZES)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(corpus, tmp_path_factory) -> Tokenizer:
+    sents = [s for p in corpus["train"] for s in (p.src, p.tgt)]
+    return Tokenizer.train(sents, 400, tmp_path_factory.mktemp("spm"))
+
+
+def test_demo_corpus_is_deterministic_and_splits_are_disjoint(corpus) -> None:
+    assert demo_corpus.generate(7, SIZES) == corpus
+    assert demo_corpus.generate(8, SIZES) != corpus
+    srcs = {name: {p.src for p in pairs} for name, pairs in corpus.items()}
+    assert {name: len(s) for name, s in srcs.items()} == SIZES  # no duplicates within a split
+    assert (
+        not srcs["train"] & srcs["test"]
+        and not srcs["train"] & srcs["valid"]
+        and not srcs["valid"] & srcs["test"]
+    )
+    assert demo_corpus.EXAMPLE[0] not in srcs["train"] | srcs["valid"] | srcs["test"]
+
+
+def test_demo_corpus_has_the_phenomena(corpus) -> None:
+    pairs = corpus["train"]
+    lengths = [len(p.src.split()) for p in pairs]
+    assert min(lengths) == 3 and 18 <= max(lengths) <= 20
+    es = " ".join(p.src for p in pairs).split()
+    assert {"del", "al", "negro", "negras", "duerme", "duermen"} <= set(es)
+    assert 300 <= len(set(es) | {w for p in pairs for w in p.tgt.split()}) <= 700
+    assert any(" an " in f" {p.tgt} " for p in pairs)
+
+
+def test_demo_alignments_are_valid_and_cross_for_adjectives() -> None:
+    rng = demo_corpus.random.Random(0)
+    grammar = demo_corpus.Grammar(rng)
+    for _ in range(300):
+        p = grammar.sentence()
+        assert all(0 <= i < len(p.es) and 0 <= j < len(p.en) for i, j in p.links)
+        assert {i for i, _ in p.links} == set(range(len(p.es)))  # every Spanish word is aligned
+    pair = (
+        demo_corpus.Phrase()
+        .add(["el"], ["the"])
+        .add(["gato", "negro"], ["black", "cat"], [(0, 1), (1, 0)])
+    )
+    assert pair.links == [(0, 0), (1, 2), (2, 1)]
+
+
+def test_tokenizer_round_trip_and_special_ids(tokenizer, corpus) -> None:
+    assert (
+        tokenizer.sp.pad_id(),
+        tokenizer.sp.unk_id(),
+        tokenizer.sp.bos_id(),
+        tokenizer.sp.eos_id(),
+    ) == (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
+    texts = [p.tgt for p in corpus["test"][:50]] + [p.src for p in corpus["test"][:50]]
+    ids = tokenizer.encode(texts)
+    assert all(min(seq) > EOS_ID for seq in ids)
+    assert tokenizer.decode([seq + [EOS_ID, PAD_ID] for seq in ids]) == texts
+
+
+def test_tokenizer_cache_reuses_and_retrains(corpus, tmp_path: Path) -> None:
+    sents = [p.src for p in corpus["train"]]
+    a = Tokenizer.train(sents, 300, tmp_path)
+    b = Tokenizer.train(sents, 300, tmp_path)
+    c = Tokenizer.train(sents, 320, tmp_path)
+    d = Tokenizer.train(sents[:-1], 300, tmp_path)
+    assert a.path == b.path and len({a.path, c.path, d.path}) == 3
+
+
+def _lengths(n: int, seed: int = 0) -> tuple[list[int], list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(2, 40, (n,), generator=g).tolist(), torch.randint(
+        2, 40, (n,), generator=g
+    ).tolist()
+
+
+def test_batches_respect_the_token_budget_and_cover_every_pair() -> None:
+    src, tgt = _lengths(1000)
+    sampler = TokenBatchSampler(src, tgt, max_tokens=300, seed=1)
+    batches = list(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    for b in batches:
+        longest = max(max(src[i], tgt[i] + 1) for i in b)
+        assert longest * len(b) <= 300
+    assert len(sampler) == len(batches)
+
+
+def test_batches_are_deterministic_per_epoch_and_bucketed() -> None:
+    src, tgt = _lengths(1000)
+    a, b = TokenBatchSampler(src, tgt, 300, seed=1), TokenBatchSampler(src, tgt, 300, seed=1)
+    assert list(a) == list(b)
+    first = list(a)
+    a.set_epoch(1)
+    assert list(a) != first
+    key = [max(s, t + 1) for s, t in zip(src, tgt)]  # the padded length of a pair
+    spread = [max(key[i] for i in batch) - min(key[i] for i in batch) for batch in first]
+    # 1000 pairs over ~38 lengths: batches are (nearly) one length each; unsorted ones would span ~30.
+    assert sum(spread) / len(spread) < 1 and max(spread) < 8
+
+
+def test_ranks_get_distinct_batches_and_the_same_count() -> None:
+    src, tgt = _lengths(999)
+    ranks = [
+        list(TokenBatchSampler(src, tgt, 300, seed=3, num_replicas=3, rank=r)) for r in range(3)
+    ]
+    assert len({len(r) for r in ranks}) == 1
+    every = [i for r in ranks for b in r for i in b]
+    assert set(every) == set(range(999))
+
+
+def test_a_pair_over_the_budget_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="do not fit in data.max_tokens=20"):
+        TokenBatchSampler([5, 30], [5, 5], max_tokens=20)
+
+
+def test_collate_shifts_the_target() -> None:
+    batch = collate(
+        [
+            {"src_ids": [5, 6, EOS_ID], "tgt_ids": [7, 8, 9, EOS_ID], "index": 0},
+            {"src_ids": [5, EOS_ID], "tgt_ids": [7, EOS_ID], "index": 1},
+        ]
+    )
+    assert batch.src.tolist() == [[5, 6, EOS_ID], [5, EOS_ID, PAD_ID]]
+    assert batch.tgt_in.tolist() == [[BOS_ID, 7, 8, 9], [BOS_ID, 7, PAD_ID, PAD_ID]]
+    assert batch.tgt_out.tolist() == [[7, 8, 9, EOS_ID], [7, EOS_ID, PAD_ID, PAD_ID]]
+    assert batch.n_tgt_tokens == 6

@@ -1,0 +1,66 @@
+"""Incremental decoding with the cache against full recomputation, and greedy search."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from transformer_mt import Transformer, TransformerConfig
+from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer_mt.decoding import greedy_decode
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_cached_steps_equal_full_recomputation(
+    tiny_cfg: TransformerConfig, norm_first: bool
+) -> None:
+    model = Transformer(replace(tiny_cfg, norm_first=norm_first)).eval()
+    src = torch.tensor([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
+    tgt_in = torch.cat([torch.full((2, 1), BOS_ID), torch.randint(4, 24, (2, 6))], dim=1)  # (2, 7)
+    memory, mask, _ = model.encode(src)
+    full = model.decode(tgt_in, memory, mask)[0].log_softmax(-1)  # (2, 7, V)
+    cache = model.start_decoding(memory, mask)
+    for t in range(tgt_in.size(1)):
+        step, _ = model.decode_step(tgt_in[:, t : t + 1], cache)
+        torch.testing.assert_close(step, full[:, t], atol=1e-5, rtol=1e-5)
+    assert cache.offset == 7 and cache.self_attn[0].k.shape == (2, 2, 7, 8)
+
+
+def test_cache_reorder_selects_rows(tiny_cfg: TransformerConfig) -> None:
+    model = Transformer(tiny_cfg).eval()
+    src = torch.randint(4, 24, (3, 5))
+    memory, mask, _ = model.encode(src)
+    cache = model.start_decoding(memory, mask)
+    model.decode_step(torch.full((3, 1), BOS_ID), cache)
+    picked = cache.reorder(torch.tensor([2, 0]))
+    torch.testing.assert_close(picked.self_attn[1].v, cache.self_attn[1].v[[2, 0]])
+    torch.testing.assert_close(picked.cross_attn[0].k, cache.cross_attn[0].k[[2, 0]])
+    assert picked.memory_mask.shape == (2, 1, 1, 5) and picked.offset == 1
+
+
+def _uncached_greedy(model: Transformer, src: torch.Tensor, max_len: int) -> list[int]:
+    memory, mask, _ = model.encode(src[None])
+    ys = [BOS_ID]
+    for _ in range(max_len):
+        logits = model.decode(torch.tensor([ys]), memory, mask)[0][0, -1]
+        logits[[PAD_ID, BOS_ID]] = -torch.inf
+        ys.append(int(logits.argmax()))
+        if ys[-1] == EOS_ID:
+            return ys[1:-1]
+    return ys[1:]
+
+
+def test_batched_greedy_equals_one_by_one_uncached(tiny_cfg: TransformerConfig) -> None:
+    model = Transformer(replace(tiny_cfg, vocab_size=8)).eval()  # small vocabulary: EOS comes early
+    srcs = [
+        torch.tensor([5, 6, 7, EOS_ID]),
+        torch.tensor([4, EOS_ID]),
+        torch.tensor([7, 7, 6, 5, 4, EOS_ID]),
+    ]
+    batch = torch.nn.utils.rnn.pad_sequence(srcs, batch_first=True, padding_value=PAD_ID)
+    hyps = greedy_decode(model, batch, max_len_a=1.0, max_len_b=5)
+    for src, hyp in zip(srcs, hyps):
+        assert hyp == _uncached_greedy(model, src, max_len=len(src) + 5)
+        assert EOS_ID not in hyp and len(hyp) <= len(src) + 5

@@ -1,0 +1,130 @@
+"""The whole model: shapes, causality, padding invariance, tying, parameter counts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from transformer_mt import Transformer, TransformerConfig
+
+
+def _model(cfg: TransformerConfig) -> Transformer:
+    return Transformer(cfg).eval()
+
+
+def test_forward_shape(tiny_cfg: TransformerConfig) -> None:
+    model = _model(tiny_cfg)
+    logits = model(torch.randint(4, 24, (3, 7)), torch.randint(4, 24, (3, 5)))
+    assert logits.shape == (3, 5, 24)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_is_causal(tiny_cfg: TransformerConfig, norm_first: bool) -> None:
+    model = _model(replace(tiny_cfg, norm_first=norm_first))
+    src = torch.randint(4, 24, (2, 6))
+    tgt = torch.randint(4, 24, (2, 8))
+    t = 4
+    changed = tgt.clone()
+    changed[:, t + 1 :] = torch.randint(4, 24, (2, 8 - t - 1))
+    a, b = model(src, tgt), model(src, changed)
+    torch.testing.assert_close(a[:, : t + 1], b[:, : t + 1])  # positions <= t see nothing later
+    assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :])  # and later positions do change
+
+
+def test_padding_changes_no_real_output(tiny_cfg: TransformerConfig) -> None:
+    model = _model(tiny_cfg)
+    src = torch.randint(4, 24, (1, 5))
+    tgt = torch.randint(4, 24, (1, 4))
+    alone = model(src, tgt)
+    # Batch it with a longer pair, so both sides get right padding (id 0).
+    padded_src = torch.cat(
+        [torch.cat([src, torch.zeros(1, 3, dtype=torch.long)], 1), torch.randint(4, 24, (1, 8))]
+    )
+    padded_tgt = torch.cat(
+        [torch.cat([tgt, torch.zeros(1, 2, dtype=torch.long)], 1), torch.randint(4, 24, (1, 6))]
+    )
+    batched = model(padded_src, padded_tgt)
+    torch.testing.assert_close(batched[:1, :4], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_padded_source_keys_get_zero_cross_attention(tiny_cfg: TransformerConfig) -> None:
+    model = _model(tiny_cfg)
+    src = torch.tensor([[5, 6, 7, 0, 0]])
+    memory, mask, _ = model.encode(src)
+    _, weights = model.decode(torch.tensor([[2, 8, 9]]), memory, mask, need_weights=True)
+    assert len(weights) == tiny_cfg.n_layers
+    for w in weights:  # (B, H, T, S)
+        assert w[..., 3:].abs().max() == 0.0
+        torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
+
+
+def test_three_way_tying_shares_one_tensor(tiny_cfg: TransformerConfig) -> None:
+    model = Transformer(tiny_cfg)
+    enc = model.encoder.embed.tokens.weight
+    assert enc is model.decoder.embed.tokens.weight is model.generator.weight
+    with torch.no_grad():
+        enc[5, 0] = 123.0
+    assert model.generator.weight[5, 0] == 123.0
+    untied = Transformer(replace(tiny_cfg, tie_embeddings=False))
+    assert untied.encoder.embed.tokens.weight is not untied.decoder.embed.tokens.weight
+    assert untied.generator.weight is not untied.decoder.embed.tokens.weight
+
+
+@pytest.mark.parametrize(
+    ("preset", "expected"),
+    [
+        (dict(), 63_082_496),  # base
+        (dict(d_model=1024, d_ff=4096, n_heads=16, dropout=0.3), 214_245_376),  # big
+    ],
+)
+def test_parameter_counts_of_paper_presets(preset: dict, expected: int) -> None:
+    cfg = TransformerConfig(vocab_size=37_000, **preset)
+    model = _meta_model(cfg)
+    assert sum(p.numel() for p in model.parameters()) == expected
+
+
+def _meta_model(cfg: TransformerConfig) -> Transformer:
+    with torch.device("meta"):  # counts only: no memory, no init time
+        return Transformer(cfg)
+
+
+def test_pre_ln_adds_the_final_layer_norms(tiny_cfg: TransformerConfig) -> None:
+    post = sum(p.numel() for p in Transformer(tiny_cfg).parameters())
+    pre = sum(p.numel() for p in Transformer(replace(tiny_cfg, norm_first=True)).parameters())
+    assert pre - post == 2 * 2 * tiny_cfg.d_model  # one LayerNorm (gain + bias) per stack
+
+
+def test_learned_positions_are_parameters(tiny_cfg: TransformerConfig) -> None:
+    sinusoidal = sum(p.numel() for p in Transformer(tiny_cfg).parameters())
+    learned = sum(
+        p.numel() for p in Transformer(replace(tiny_cfg, positional="learned")).parameters()
+    )
+    assert learned - sinusoidal == 2 * tiny_cfg.max_positions * tiny_cfg.d_model
+
+
+def test_embeddings_are_scaled_by_sqrt_d_model(tiny_cfg: TransformerConfig) -> None:
+    model = _model(tiny_cfg)
+    ids = torch.tensor([[7]])
+    raw = model.encoder.embed.tokens.weight[7]
+    torch.testing.assert_close(model.encoder.embed.tokens(ids)[0, 0], raw * tiny_cfg.d_model**0.5)
+
+
+def test_too_long_input_is_a_clear_error(tiny_cfg: TransformerConfig) -> None:
+    model = _model(tiny_cfg)
+    with pytest.raises(ValueError, match="exceeds the model's max_positions=64"):
+        model(torch.randint(4, 24, (1, 65)), torch.randint(4, 24, (1, 3)))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("n_heads", 3, "divisible by model.n_heads"),
+        ("dropout", 1.5, "model.dropout must be in"),
+        ("positional", "rotary", "model.positional must be"),
+    ],
+)
+def test_bad_model_config_is_a_clear_error(field: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TransformerConfig(**{field: value})

@@ -1,0 +1,120 @@
+"""Training end to end: the loss, overfitting a handful of pairs, and run(cfg) writing a full run directory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from transformer_mt import Transformer, TransformerConfig
+from transformer_mt.data.batching import collate
+from transformer_mt.data.tokenizer import EOS_ID
+from transformer_mt.decoding import greedy_decode
+from transformer_mt.lit_module import label_smoothed_nll
+from transformer_mt.train import run
+
+PAIRS = [
+    ("el gato negro duerme", "the black cat sleeps"),
+    ("la casa blanca", "the white house"),
+    ("los perros comen en casa", "the dogs eat at home"),
+    ("una niña canta", "a girl sings"),
+    ("el hombre va al parque", "the man goes to the park"),
+    ("mis amigos leen", "my friends read"),
+]
+
+
+def test_label_smoothed_loss_against_hand_computation() -> None:
+    logits = torch.log(
+        torch.tensor([[[0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]]])
+    )  # (1, 2, V=4)
+    target = torch.tensor([[2, 0]])  # the second position is padding
+    loss, nll = label_smoothed_nll(logits, target, epsilon=0.1)
+    expected_nll = -torch.log(torch.tensor(0.1))
+    expected_smooth = -torch.log(torch.tensor([0.7, 0.1, 0.1, 0.1])).mean()
+    torch.testing.assert_close(nll, expected_nll)
+    torch.testing.assert_close(loss, 0.9 * expected_nll + 0.1 * expected_smooth)
+
+
+def test_tiny_model_overfits_a_handful_of_pairs_and_translates_them_exactly() -> None:
+    words = sorted({w for pair in PAIRS for side in pair for w in side.split()})
+    ids = {w: i + 4 for i, w in enumerate(words)}  # 0-3 are pad/unk/bos/eos
+    encode = lambda text: [ids[w] for w in text.split()] + [EOS_ID]  # noqa: E731
+    batch = collate(
+        [{"src_ids": encode(s), "tgt_ids": encode(t), "index": i} for i, (s, t) in enumerate(PAIRS)]
+    )
+    cfg = TransformerConfig(
+        n_layers=2,
+        d_model=32,
+        d_ff=64,
+        n_heads=4,
+        dropout=0.0,
+        vocab_size=len(ids) + 4,
+        max_positions=64,
+    )
+    model = Transformer(cfg)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(300):
+        loss, nll = label_smoothed_nll(model(batch.src, batch.tgt_in), batch.tgt_out, epsilon=0.0)
+        optimizer.zero_grad()
+        (loss / batch.n_tgt_tokens).backward()
+        optimizer.step()
+    assert nll.item() / batch.n_tgt_tokens < 0.02
+    hyps = greedy_decode(model.eval(), batch.src)
+    assert hyps == [encode(t)[:-1] for _, t in PAIRS]
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory) -> tuple:
+    from hydra import compose, initialize_config_dir
+
+    from .conftest import CONF
+
+    tmp = tmp_path_factory.mktemp("run")
+    overrides = [
+        f"output_dir={tmp / 'out'}",
+        f"data.cache_dir={tmp / 'cache'}",
+        "data.train_size=600",
+        "data.valid_size=40",
+        "data.test_size=30",
+        "data.vocab_size=300",
+        "model.n_layers=1",
+        "model.d_model=32",
+        "model.d_ff=64",
+        "model.n_heads=2",
+        "trainer.max_epochs=2",
+        "trainer.enable_progress_bar=false",
+    ]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    return run(cfg), tmp / "out"
+
+
+def test_run_writes_a_complete_run_directory(small_run) -> None:
+    metrics, out = small_run
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["test_bleu"] == metrics["test_bleu"] and 0.0 <= saved["test_bleu"] <= 100.0
+    assert saved["test_bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert saved["test_sentences"] == 30 and saved["steps"] > 0
+    assert (
+        len((out / "test.hyp.txt").read_text(encoding="utf-8").splitlines()) == 30
+    )  # every test line
+    assert (out / "checkpoints" / "last.ckpt").exists()
+    assert (out / "tokenizer.model").exists()
+    assert (
+        "d_model: 32" in (out / "config.yaml").read_text()
+    )  # the resolved config beside the outputs
+    assert (out / saved["alignment"]["png"]).stat().st_size > 10_000
+    assert (out / "training_curves.png").exists()
+    assert saved["alignment"]["source"] == "el gato negro duerme en casa"
+
+
+def test_checkpoint_rebuilds_the_model_alone(small_run) -> None:
+    _, out = small_run
+    from transformer_mt.lit_module import TranslationModule
+
+    module = TranslationModule.load_from_checkpoint(
+        out / "checkpoints" / "last.ckpt", map_location="cpu"
+    )
+    assert module.model_cfg.d_model == 32 and module.model_cfg.vocab_size > 0
+    assert module.hparams.tokenizer_path.endswith("tokenizer.model")
