@@ -41,6 +41,7 @@ def plot_curves(series: dict[str, list[tuple[int, float]]]) -> Figure:
         if names[0].endswith("ppl"):
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
