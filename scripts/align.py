@@ -34,7 +34,7 @@ def main() -> None:
         raise SystemExit(
             f"{args.run_dir} was trained on data={data.name}; gold alignments exist for the demo only"
         )
-    model, tokenizer = load_model(args.run_dir)
+    model, tokenizer, _ = load_model(args.run_dir)
     path = demo_files(DataConfig(**OmegaConf.to_container(data)))[args.split]
     with open(path, encoding="utf-8") as f:
         rows = [json.loads(line) for _, line in zip(range(args.limit), f)]

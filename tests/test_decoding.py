@@ -25,7 +25,7 @@ def test_cached_steps_equal_full_recomputation(
     for t in range(tgt_in.size(1)):
         step, _ = model.decode_step(tgt_in[:, t : t + 1], cache)
         torch.testing.assert_close(step, full[:, t], atol=1e-5, rtol=1e-5)
-    assert cache.offset == 7 and cache.self_attn[0].k.shape == (2, 2, 7, 8)
+    assert cache.offset == 7 and cache.self_attn[0].keys.shape == (2, 2, 7, 8)
 
 
 def test_cache_reorder_selects_rows(tiny_cfg: TransformerConfig) -> None:
@@ -35,8 +35,8 @@ def test_cache_reorder_selects_rows(tiny_cfg: TransformerConfig) -> None:
     cache = model.start_decoding(memory, mask)
     model.decode_step(torch.full((3, 1), BOS_ID), cache)
     picked = cache.reorder(torch.tensor([2, 0]))
-    torch.testing.assert_close(picked.self_attn[1].v, cache.self_attn[1].v[[2, 0]])
-    torch.testing.assert_close(picked.cross_attn[0].k, cache.cross_attn[0].k[[2, 0]])
+    torch.testing.assert_close(picked.self_attn[1].values, cache.self_attn[1].values[[2, 0]])
+    torch.testing.assert_close(picked.cross_attn[0].keys, cache.cross_attn[0].keys[[2, 0]])
     assert picked.memory_mask.shape == (2, 1, 1, 5) and picked.offset == 1
 
 

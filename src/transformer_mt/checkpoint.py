@@ -1,7 +1,12 @@
-"""Loading a bare ``Transformer`` (and its tokenizer) from a run directory or a Lightning checkpoint."""
+"""Checkpoints: load a bare ``Transformer`` and its tokenizer, and average the last N (§6.1).
+
+The paper averages the last 5 (base) or 20 (big) checkpoints, written every 10 minutes.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -23,14 +28,84 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return path
 
 
-def load_model(path: str | Path, map_location: str = "cpu") -> tuple[Transformer, Tokenizer]:
-    """The trained model (in eval mode) and the tokenizer of a run directory or checkpoint.
+def last_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
+    """The ``n`` latest step checkpoints of a run (``checkpoints/*step=S.ckpt``), oldest first."""
+    found = []
+    for path in Path(run_dir, "checkpoints").glob("*.ckpt"):
+        match = re.search(r"step=(\d+)", path.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    if len(found) < n:
+        raise FileNotFoundError(
+            f"{run_dir} has {len(found)} step checkpoints, fewer than the {n} to average; "
+            "lower ckpt.average_last or keep more checkpoints when training"
+        )
+    return [path for _, path in sorted(found)[-n:]]
+
+
+def _load(path: Path, map_location: str) -> dict:
+    # Our own checkpoints: plain hyper-parameter dicts next to the tensors.
+    return torch.load(path, map_location=map_location, weights_only=False)
+
+
+def average_checkpoints(paths: Sequence[str | Path], map_location: str = "cpu") -> dict:
+    """A checkpoint whose ``state_dict`` is the element-wise mean of those in ``paths``.
+
+    Floating-point tensors are averaged in float64 and cast back; other tensors (integer
+    buffers) must be equal. Checkpoints of different model shapes are refused, naming what
+    differs. The result keeps the hyper-parameters of the first and lists its sources.
+    """
+    if not paths:
+        raise ValueError("no checkpoints to average")
+    first = _load(Path(paths[0]), map_location)
+    sums = {k: v.double() if v.is_floating_point() else v for k, v in first["state_dict"].items()}
+    for path in paths[1:]:
+        ckpt = _load(Path(path), map_location)
+        _check_same_model(first, ckpt, paths[0], path)
+        for key, value in ckpt["state_dict"].items():
+            if sums[key].is_floating_point():
+                sums[key] += value.double()
+            elif not torch.equal(sums[key], value):
+                raise ValueError(f"{path}: non-float tensor {key} differs from {paths[0]}; cannot average it")
+    dtypes = {k: v.dtype for k, v in first["state_dict"].items()}
+    state = {k: (v / len(paths)).to(dtypes[k]) if v.is_floating_point() else v for k, v in sums.items()}
+    return {"state_dict": state, "hyper_parameters": first["hyper_parameters"],
+            "averaged_from": [str(p) for p in paths]}
+
+
+def _check_same_model(a: dict, b: dict, path_a: str | Path, path_b: str | Path) -> None:
+    model_a, model_b = a["hyper_parameters"].get("model", {}), b["hyper_parameters"].get("model", {})
+    differ = [f"model.{k}: {model_a.get(k)} vs {model_b.get(k)}" for k in sorted(set(model_a) | set(model_b))
+              if model_a.get(k) != model_b.get(k) and k != "name"]
+    keys_a, keys_b = set(a["state_dict"]), set(b["state_dict"])
+    if keys_a != keys_b:
+        differ.append(f"parameters only in one: {sorted(keys_a ^ keys_b)[:5]}")
+    differ += [f"{k}: shape {tuple(a['state_dict'][k].shape)} vs {tuple(b['state_dict'][k].shape)}"
+               for k in sorted(keys_a & keys_b) if a["state_dict"][k].shape != b["state_dict"][k].shape]
+    if differ:
+        raise ValueError(f"{path_b} is not the same model as {path_a}: " + "; ".join(differ[:6]))
+
+
+def load_model(
+    path: str | Path, map_location: str = "cpu", average_last: int = 1
+) -> tuple[Transformer, Tokenizer, list[Path]]:
+    """The trained model (in eval mode), its tokenizer, and the checkpoint files it came from.
+
+    Args:
+        path: a run directory (its ``last.ckpt``, or its last checkpoints when averaging) or a file.
+        average_last: average the parameters of the run's last N step checkpoints (§6.1).
 
     The tokenizer is the ``tokenizer.model`` that ``train.py`` copies into the run directory.
     """
-    ckpt_path = resolve_checkpoint(path)
-    # Our own checkpoints: they hold plain hyper-parameter dicts next to the tensors.
-    ckpt = torch.load(ckpt_path, map_location=map_location, weights_only=False)
+    if average_last > 1:
+        run_dir = Path(path) if Path(path).is_dir() else Path(path).parent.parent
+        sources = last_checkpoints(run_dir, average_last)
+        ckpt = average_checkpoints(sources, map_location)
+        ckpt_path = sources[-1]
+    else:
+        ckpt_path = resolve_checkpoint(path)
+        sources = [ckpt_path]
+        ckpt = _load(ckpt_path, map_location)
     hparams = ckpt["hyper_parameters"]
     model = Transformer(TransformerConfig(**hparams["model"]))
     state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()}
@@ -41,4 +116,4 @@ def load_model(path: str | Path, map_location: str = "cpu") -> tuple[Transformer
             f"{tokenizer.path} has {tokenizer.vocab_size} pieces but the checkpoint's model has "
             f"vocab_size={model.cfg.vocab_size}; they come from different runs"
         )
-    return model.eval(), tokenizer
+    return model.eval(), tokenizer, sources

@@ -157,6 +157,27 @@ class TrainConfig:
     output_dir: str = MISSING  # the run directory (Hydra's)
 
 
+@dataclass
+class CheckpointConfig:
+    """Which parameters to evaluate."""
+
+    path: str | None = None  # a .ckpt file; None: the run directory's last.ckpt
+    average_last: int = 1  # average the run's last N step checkpoints (5 for base, 20 for big)
+
+
+@dataclass
+class EvaluateConfig:
+    """The primary config of ``scripts/evaluate.py`` (``conf/evaluate.yaml``)."""
+
+    run_dir: str = MISSING  # a directory written by scripts/train.py
+    ckpt: CheckpointConfig = field(default_factory=CheckpointConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    split: str = "test"  # train, valid or test of the run's data config
+    limit: int | None = None  # the first N sentences only
+    long_inputs: str = "truncate"  # or "error": sources longer than the model's positions
+    output_dir: str = MISSING
+
+
 def check_keys(cfg: DictConfig, schema: type = None, prefix: str = "") -> None:
     """Refuse keys the schema does not have, including ones forced in with Hydra's ``+key=value``.
 
@@ -177,5 +198,6 @@ def check_keys(cfg: DictConfig, schema: type = None, prefix: str = "") -> None:
 
 
 def register_configs() -> None:
-    """Register the schema so that ``conf/train.yaml`` is validated against it."""
+    """Register the schemas that ``conf/train.yaml`` and ``conf/evaluate.yaml`` are validated against."""
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+    ConfigStore.instance().store(name="evaluate_schema", node=EvaluateConfig)

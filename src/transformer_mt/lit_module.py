@@ -17,7 +17,7 @@ from torch import Tensor
 from transformer_mt.config import DecodeConfig, OptimConfig, TransformerConfig
 from transformer_mt.data.batching import Batch
 from transformer_mt.data.tokenizer import PAD_ID
-from transformer_mt.decoding import greedy_decode
+from transformer_mt.decoding import decode_batch
 from transformer_mt.metrics import corpus_bleu
 from transformer_mt.model import Transformer
 from transformer_mt.optim import build_optimizer
@@ -43,7 +43,7 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[
 
 
 class TranslationModule(L.LightningModule):
-    """Trains a ``Transformer``; validation and test decode greedily and score with SacreBLEU."""
+    """Trains a ``Transformer``; validation and test decode with ``decode`` settings and score with SacreBLEU."""
 
     def __init__(self, model: dict, optim: dict, decode: dict, tokenizer_path: str = "") -> None:
         super().__init__()
@@ -103,9 +103,7 @@ class TranslationModule(L.LightningModule):
                 (batch.index < self.trainer.datamodule.cfg.valid_max_sentences).nonzero().squeeze(1)
             )
         if rows.numel():
-            hyps = greedy_decode(
-                self.model, batch.src[rows], self.decode_cfg.max_len_a, self.decode_cfg.max_len_b
-            )
+            hyps = decode_batch(self.model, batch.src[rows], self.decode_cfg)
             self._outputs[split].update(zip(batch.index[rows].tolist(), hyps))
 
     def _start_eval(self, split: str) -> None:

@@ -1,4 +1,4 @@
-"""Batched greedy search with the key/value cache.
+"""Batched greedy search: the fast path for beam size 1.
 
 Legend: B batch, S source length, V vocabulary.
 """
@@ -8,59 +8,50 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer_mt.data.tokenizer import BOS_ID, EOS_ID
+from transformer_mt.decoding.state import DecoderState, constrain_length, length_limits
 from transformer_mt.model import Transformer
 
 
-def max_output_lengths(src: Tensor, max_len_a: float, max_len_b: int, max_positions: int) -> Tensor:
-    """a · |x| + b per sentence (§6.1: input length + 50), capped by the model's positions.
-
-    Args:
-        src: (B, S) padded source ids (EOS included in |x|).
-
-    Returns:
-        (B,) int64.
-    """
-    src_len = (src != PAD_ID).sum(dim=1)  # (B,)
-    return (max_len_a * src_len + max_len_b).long().clamp(min=1, max=max_positions - 1)
-
-
-@torch.no_grad()
+@torch.inference_mode()
 def greedy_decode(
-    model: Transformer, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50
+    model: Transformer,
+    src: Tensor,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    min_len: int = 0,
+    use_cache: bool = True,
 ) -> list[list[int]]:
     """The most probable token at every step, until EOS or the length limit.
 
-    Finished sentences are dropped from the batch (and from the cache), so the cost follows the
-    sentences still being written.
+    Finished sentences leave the batch (and the cache), so the cost follows the sentences
+    still being written.
 
     Args:
         src: (B, S) padded, EOS-terminated source ids.
+        max_len_a, max_len_b: at most a · |x| + b tokens, then EOS.
+        min_len: EOS is not allowed before this many tokens.
+        use_cache: False recomputes the whole prefix every step (for comparison only).
 
     Returns:
         B lists of token ids, without BOS and EOS.
     """
-    memory, src_mask, _ = model.encode(src)
-    cache = model.start_decoding(memory, src_mask)
-    limit = max_output_lengths(src, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
-    B = src.size(0)
-    alive = torch.arange(B, device=src.device)  # rows of the original batch still decoding
-    last = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)  # (B', 1)
-    out: list[list[int]] = [[] for _ in range(B)]
-    for step in range(int(limit.max())):
-        logprobs, _ = model.decode_step(last, cache)  # (B', V)
-        logprobs[:, PAD_ID] = -torch.inf  # never emit padding or BOS
-        logprobs[:, BOS_ID] = -torch.inf
+    state = DecoderState(model, src, use_cache=use_cache)
+    limit = length_limits(src, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
+    alive = torch.arange(src.size(0), device=src.device)  # rows of the batch still decoding
+    prefix = torch.full((src.size(0), 1), BOS_ID, dtype=torch.long, device=src.device)  # (B', t)
+    out: list[list[int]] = [[] for _ in range(src.size(0))]
+    for step in range(int(limit.max()) + 1):
+        logprobs = constrain_length(state.step(prefix), step, min_len, limit[alive])  # (B', V)
         token = logprobs.argmax(dim=-1)  # (B',)
-        done = (token == EOS_ID) | (step + 1 >= limit[alive])
         for row, tok in zip(alive.tolist(), token.tolist()):
             if tok != EOS_ID:
                 out[row].append(tok)
-        if done.all():
+        keep = (token != EOS_ID).nonzero().squeeze(1)  # (B'',)
+        if keep.numel() == 0:
             break
-        keep = (~done).nonzero().squeeze(1)  # (B'',)
+        prefix = torch.cat([prefix, token[:, None]], dim=1)
         if keep.numel() < alive.numel():
-            cache = cache.reorder(keep)
-            alive, token = alive[keep], token[keep]
-        last = token[:, None]
+            state.reorder(keep)
+            alive, prefix = alive[keep], prefix[keep]
     return out

@@ -84,7 +84,7 @@ class MultiHeadAttention(nn.Module):
             memory: (B, S, D) encoder output.
         """
         k, v = F.linear(memory, *self._rows(self.d_model, None)).split(self.d_model, dim=-1)
-        return LayerCache(self._split_heads(k), self._split_heads(v))  # 2 x (B, H, S, Dh)
+        return LayerCache.of(self._split_heads(k), self._split_heads(v))  # 2 x (B, H, S, Dh)
 
     def forward(
         self,
@@ -114,19 +114,15 @@ class MultiHeadAttention(nn.Module):
             kv = cache if cache is not None else self.project_memory(memory)
         else:
             q, k, v = (self._split_heads(t) for t in self.qkv(x).split(self.d_model, dim=-1))
-            if cache is not None:  # one new position appended to the earlier ones
-                k, v = (
-                    torch.cat([cache.k, k], dim=2),
-                    torch.cat([cache.v, v], dim=2),
-                )  # (B, H, Tk, Dh)
-            kv = LayerCache(k, v)
+            # Incremental decoding: the new position joins the cached ones (B, H, Tk, Dh).
+            kv = cache.append(k, v) if cache is not None else LayerCache.of(k, v)
         # 2) Scaled dot-product attention on all heads in parallel.
         p = self.dropout if self.training else 0.0
         if need_weights:
-            y, weights = scaled_dot_product_attention(q, kv.k, kv.v, mask, p)
+            y, weights = scaled_dot_product_attention(q, kv.keys, kv.values, mask, p)
         else:
             y, weights = (
-                F.scaled_dot_product_attention(q, kv.k, kv.v, attn_mask=mask, dropout_p=p),
+                F.scaled_dot_product_attention(q, kv.keys, kv.values, attn_mask=mask, dropout_p=p),
                 None,
             )
         # 3) "Concat" the heads and apply W^O.

@@ -5,29 +5,82 @@ Legend: B batch (times beam), H heads, Tk cached length, Dh head dim.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
 
 
 @dataclass
 class LayerCache:
-    """Keys and values of one attention module.
+    """Keys and values of one attention module; the first ``length`` positions are valid.
 
-    Self-attention caches grow by one position per decoding step; cross-attention caches
-    hold the projected encoder output, computed once per source batch.
+    Self-attention caches grow by one position per decoding step. They are written in place
+    into buffers with spare capacity (doubled when full), so a step costs O(1) copies rather
+    than re-concatenating the whole prefix. Cross-attention caches hold the projected encoder output,
+    computed once per source batch.
+
+    After ``append`` or ``reorder``, use the returned cache: the old one's buffers are reused.
 
     Attributes:
-        k: (B, H, Tk, Dh)
-        v: (B, H, Tk, Dh)
+        k: (B, H, capacity, Dh) buffer.
+        v: (B, H, capacity, Dh) buffer.
+        length: how many positions are filled.
     """
 
     k: Tensor
     v: Tensor
+    length: int
+    # Buffers of a previous reorder, recycled by the next one: fresh multi-MB allocations at
+    # every beam step cost more (page faults) than the copy itself.
+    spare: tuple[Tensor, Tensor] | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, k: Tensor, v: Tensor) -> LayerCache:
+        """A full cache of (B, H, T, Dh) keys and values."""
+        return cls(k, v, k.size(2))
+
+    @property
+    def keys(self) -> Tensor:
+        return self.k[:, :, : self.length]  # (B, H, length, Dh)
+
+    @property
+    def values(self) -> Tensor:
+        return self.v[:, :, : self.length]  # (B, H, length, Dh)
+
+    def append(self, k: Tensor, v: Tensor) -> LayerCache:
+        """Add (B, H, t, Dh) new positions, growing the buffers when they are full."""
+        new = self.length + k.size(2)
+        cache = self
+        if new > self.k.size(2):
+            capacity = max(2 * self.k.size(2), new, 16)
+            grown_k = self.k.new_empty(*self.k.shape[:2], capacity, self.k.size(3))
+            grown_v = self.v.new_empty(*self.v.shape[:2], capacity, self.v.size(3))
+            grown_k[:, :, : self.length] = self.keys
+            grown_v[:, :, : self.length] = self.values
+            cache = LayerCache(grown_k, grown_v, self.length)
+        cache.k[:, :, cache.length : new] = k
+        cache.v[:, :, cache.length : new] = v
+        cache.length = new
+        return cache
 
     def reorder(self, index: Tensor) -> LayerCache:
-        """Keep batch rows ``index`` (B',), e.g. the surviving beams' parents."""
-        return LayerCache(self.k.index_select(0, index), self.v.index_select(0, index))
+        """Keep batch rows ``index`` (B',), e.g. the surviving beams' parents.
+
+        The whole buffers are selected (contiguous, and with their spare capacity, so the next
+        ``append`` writes in place instead of growing) into recycled buffers when the shape
+        allows; this cache's own buffers become the new cache's spares.
+        """
+        if torch.is_grad_enabled() and self.k.requires_grad:  # out= cannot record autograd
+            return LayerCache(self.k.index_select(0, index), self.v.index_select(0, index), self.length)
+        shape = (index.numel(), *self.k.shape[1:])
+        if self.spare is not None and self.spare[0].shape == shape:
+            k, v = self.spare
+        else:
+            k, v = self.k.new_empty(shape), self.v.new_empty(shape)
+        torch.index_select(self.k, 0, index, out=k)
+        torch.index_select(self.v, 0, index, out=v)
+        return LayerCache(k, v, self.length, spare=(self.k, self.v))
 
 
 @dataclass
@@ -46,11 +99,18 @@ class DecoderCache:
     memory_mask: Tensor
     offset: int = 0
 
-    def reorder(self, index: Tensor) -> DecoderCache:
-        """Select batch rows (B',) of every tensor, for beam search or pruning finished sentences."""
+    def reorder(self, index: Tensor, sources_changed: bool = True) -> DecoderCache:
+        """Select batch rows (B',) for beam search or pruning finished sentences.
+
+        Args:
+            sources_changed: False when ``index`` only permutes rows that share a source
+                sentence (beams of the same sentence): the cross-attention K/V are then
+                identical row for row and are kept as they are, saving a copy per layer.
+        """
+        same = not sources_changed
         return DecoderCache(
             self_attn=[c.reorder(index) if c is not None else None for c in self.self_attn],
-            cross_attn=[c.reorder(index) for c in self.cross_attn],
-            memory_mask=self.memory_mask.index_select(0, index),
+            cross_attn=self.cross_attn if same else [c.reorder(index) for c in self.cross_attn],
+            memory_mask=self.memory_mask if same else self.memory_mask.index_select(0, index),
             offset=self.offset,
         )

@@ -1,0 +1,20 @@
+"""Decode and score a trained run: ``python scripts/evaluate.py run_dir=<run> [ckpt.average_last=5] [decode=greedy]``."""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from transformer_mt.config import register_configs
+from transformer_mt.evaluate import evaluate
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    evaluate(cfg)
+
+
+if __name__ == "__main__":
+    main()

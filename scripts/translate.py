@@ -1,0 +1,74 @@
+"""Translate sentences with a trained run, one per line, in order.
+
+    echo "el gato negro duerme en casa" | python scripts/translate.py outputs/demo_es_en/tiny/<run>
+    python scripts/translate.py <run> --input file.es --beam 4 --n-best 3 --alignments > out.txt
+
+Empty lines give empty lines, so the output always has as many lines as the input (times
+--n-best, whose lines read ``line ||| translation ||| score``). With --alignments each
+translation is followed by ``||| i-j ...``: source word i aligned to target word j, read from the
+last decoder layer's cross-attention, heads averaged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from transformer_mt.checkpoint import load_model
+from transformer_mt.config import DecodeConfig
+from transformer_mt.decoding import translate
+from transformer_mt.viz.alignment import hard_alignment, word_attention
+
+
+def read_lines(path: Path | None) -> list[str]:
+    """Lines of ``path`` (stdin when None), decoded as UTF-8; bad bytes are an error naming the line."""
+    raw = path.read_bytes() if path else sys.stdin.buffer.read()
+    lines = []
+    for number, line in enumerate(raw.splitlines(), 1):
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise SystemExit(
+                f"{path or 'stdin'}, line {number}: not valid UTF-8 ({err.reason} at byte {err.start}); "
+                "convert the file, e.g. with iconv -f latin1 -t utf-8"
+            ) from None
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", type=Path, help="a run directory written by scripts/train.py, or a .ckpt file in one")
+    parser.add_argument("--input", type=Path, help="a text file; default: standard input")
+    parser.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy search (default: 4)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty α (default: 0.6)")
+    parser.add_argument("--n-best", type=int, default=1, help="translations per line (at most --beam)")
+    parser.add_argument("--average-last", type=int, default=1, help="average the run's last N checkpoints")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences decoded at once")
+    parser.add_argument("--long-inputs", choices=["truncate", "error"], default="truncate",
+                        help="sources longer than the model's positions: translate a prefix (warn) or stop")
+    parser.add_argument("--alignments", action="store_true", help="append source-target word alignments")
+    args = parser.parse_args()
+    if args.n_best > args.beam:
+        parser.error(f"--n-best {args.n_best} cannot exceed --beam {args.beam}")
+
+    model, tokenizer, _ = load_model(args.run, average_last=args.average_last)
+    lines = read_lines(args.input)
+    cfg = DecodeConfig(beam_size=args.beam, length_penalty=args.alpha, batch_size=args.batch_size)
+    try:
+        results = translate(model, tokenizer, lines, cfg, n_best=args.n_best, long_inputs=args.long_inputs)
+    except ValueError as err:
+        raise SystemExit(f"{args.input or 'stdin'}: {err}") from None
+    for number, (source, options) in enumerate(zip(lines, results)):
+        for option in options:
+            text = option.text
+            if args.alignments and option.tokens:
+                src_ids = tokenizer.encode([source])[0][: model.cfg.max_positions - 1]
+                words, _, _ = word_attention(model, tokenizer, src_ids, option.tokens)  # (L, H, W_tgt, W_src)
+                links = sorted(hard_alignment(words[-1].mean(dim=0)[:-1, :-1]))
+                text += " ||| " + " ".join(f"{i}-{j}" for i, j in links)
+            print(f"{number} ||| {text} ||| {option.score:.4f}" if args.n_best > 1 else text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Batched beam search with the GNMT length penalty (§6.1: beam 4, α = 0.6, max length |x| + 50).
+
+Legend: B sentences, K beam size, V vocabulary, n sentences still being searched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from transformer_mt.data.tokenizer import BOS_ID, EOS_ID
+from transformer_mt.decoding.state import DecoderState, constrain_length, length_limits
+from transformer_mt.model import Transformer
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """A finished translation."""
+
+    tokens: list[int]  # without BOS and EOS
+    logprob: float  # sum of the token log-probabilities, EOS included
+    score: float  # logprob / length_penalty(len(tokens) + 1): what the search ranks by
+
+
+def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """lp(Y) = ((5 + |Y|) / 6)^α (Wu et al. 2016), |Y| counting EOS; α = 0 means no normalisation."""
+    return ((5 + length) / 6) ** alpha
+
+
+@dataclass
+class _Beams:
+    """The live part of the search: n sentences x K beams."""
+
+    sentence: Tensor  # (n,) index of each live sentence in the input batch
+    scores: Tensor  # (n, K) summed log-probabilities of the live beams
+    prefix: Tensor  # (n * K, t) BOS + tokens so far
+
+
+@torch.inference_mode()
+def beam_search(
+    model: Transformer,
+    src: Tensor,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    min_len: int = 0,
+    n_best: int = 1,
+    use_cache: bool = True,
+) -> list[list[Hypothesis]]:
+    """The ``n_best`` best translations of every sentence, best first.
+
+    Each step scores the K x V continuations of every sentence's K beams and takes the top 2K,
+    so that beams ending in EOS never starve the beam: EOS candidates within the top K are
+    finished (and never extended again), the best K others live on. A sentence stops once it
+    has K finished hypotheses (early termination) or reaches its length limit, and then leaves
+    the batch and the cache.
+
+    Args:
+        src: (B, S) padded, EOS-terminated source ids.
+        alpha: the length penalty's α.
+        max_len_a, max_len_b, min_len: as in ``greedy_decode``.
+
+    Returns:
+        B lists of at most ``n_best`` hypotheses, sorted by score.
+    """
+    B, K = src.size(0), beam_size
+    if not 1 <= n_best <= K:
+        raise ValueError(f"n_best={n_best} must be between 1 and the beam size {K}")
+    state = DecoderState(model, src, expand=K, use_cache=use_cache)
+    limit = length_limits(src, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
+    scores = torch.full((B, K), -torch.inf, device=src.device)
+    scores[:, 0] = 0.0  # one live beam at the start, so the first step does not pick K copies
+    beams = _Beams(torch.arange(B, device=src.device), scores, torch.full((B * K, 1), BOS_ID, device=src.device))
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    for step in range(int(limit.max()) + 1):
+        logprobs = state.step(beams.prefix)  # (n * K, V)
+        logprobs = constrain_length(logprobs, step, min_len, limit[beams.sentence].repeat_interleave(K))
+        top_scores, parent, token = _top_candidates(beams.scores, logprobs, K)  # 3 x (n, 2K)
+        _finish(beams, top_scores[:, :K], parent[:, :K], token[:, :K], alpha, finished)
+        live = _select_live(beams, top_scores, parent, token, K, step, limit, finished)
+        if live is None:
+            break
+        sources_changed = live[0].sentence.numel() < beams.sentence.numel()  # a sentence finished
+        beams, rows = live
+        state.reorder(rows, sources_changed)
+    return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
+
+
+def _top_candidates(scores: Tensor, logprobs: Tensor, K: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Top 2K continuations per sentence: their summed scores, parent beams and tokens."""
+    n, V = scores.size(0), logprobs.size(-1)
+    candidates = (scores[:, :, None] + logprobs.view(n, K, V)).view(n, K * V)  # (n, K * V)
+    top_scores, flat = candidates.topk(min(2 * K, K * V), dim=1)  # (n, 2K)
+    return top_scores, flat // V, flat % V
+
+
+def _finish(beams: _Beams, scores: Tensor, parent: Tensor, token: Tensor, alpha: float, finished: list) -> None:
+    """Record the EOS candidates among the top K as finished hypotheses (at most K per sentence)."""
+    K = scores.size(1)
+    ends = (token == EOS_ID) & torch.isfinite(scores)  # (n, K)
+    for r, c in ends.nonzero().tolist():
+        hyps = finished[int(beams.sentence[r])]
+        if len(hyps) < K:
+            tokens = beams.prefix[r * K + int(parent[r, c]), 1:].tolist()
+            logprob = float(scores[r, c])
+            hyps.append(Hypothesis(tokens, logprob, logprob / length_penalty(len(tokens) + 1, alpha)))
+
+
+def _select_live(
+    beams: _Beams, top_scores: Tensor, parent: Tensor, token: Tensor, K: int, step: int, limit: Tensor, finished: list
+) -> tuple[_Beams, Tensor] | None:
+    """The best K non-EOS candidates of every sentence that is not done, and the cache rows they extend."""
+    order = torch.arange(top_scores.size(1), device=top_scores.device).expand_as(top_scores)
+    rank = torch.where(token == EOS_ID, torch.inf, order.float())  # EOS candidates never live on
+    pick = rank.topk(K, dim=1, largest=False).indices  # (n, K)
+    scores, parent, token = top_scores.gather(1, pick), parent.gather(1, pick), token.gather(1, pick)
+    done = torch.tensor([len(finished[s]) >= K for s in beams.sentence.tolist()], device=scores.device)
+    done |= step >= limit[beams.sentence]
+    keep = (~done).nonzero().squeeze(1)  # (n',)
+    if keep.numel() == 0:
+        return None
+    rows = (keep[:, None] * K + parent[keep]).view(-1)  # (n' * K,) parents in the current batch
+    prefix = torch.cat([beams.prefix[rows], token[keep].view(-1, 1)], dim=1)
+    return _Beams(beams.sentence[keep], scores[keep], prefix), rows

@@ -1,0 +1,82 @@
+"""What a search carries from one step to the next, with or without the key/value cache.
+
+Legend: B rows (sentences times beams), S source length, t prefix length, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer_mt.model import DecoderCache, Transformer
+
+
+class DecoderState:
+    """The encoder output and the decoder's memory of the prefix, for ``B`` rows.
+
+    With the cache (the default) each step feeds only the newest token: self-attention keys
+    and values grow by one position and cross-attention K/V were projected once. Without it,
+    each step re-runs ``model.decode`` over the whole prefix (every position, cross-attention
+    K/V and logits included), as decoders without incremental state do; the benchmark compares
+    the two and a test pins their outputs together.
+    """
+
+    def __init__(self, model: Transformer, src: Tensor, expand: int = 1, use_cache: bool = True) -> None:
+        memory, mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
+        if expand > 1:  # every sentence's row repeated once per beam
+            memory, mask = memory.repeat_interleave(expand, 0), mask.repeat_interleave(expand, 0)
+        self.model, self.use_cache = model, use_cache
+        self.memory, self.mask = memory, mask
+        self.cache: DecoderCache | None = model.start_decoding(memory, mask) if use_cache else None
+
+    def step(self, prefix: Tensor) -> Tensor:
+        """Log-probabilities (B, V) of the next token after ``prefix`` (B, t), which starts with BOS."""
+        if self.cache is not None:
+            logprobs, _ = self.model.decode_step(prefix[:, -1:], self.cache)
+        else:  # the model's full forward over the whole prefix, as a decoder without a cache runs it
+            logits, _ = self.model.decode(prefix, self.memory, self.mask)  # (B, t, V)
+            logprobs = logits[:, -1].log_softmax(dim=-1)
+        logprobs[:, PAD_ID] = -torch.inf  # never emit padding or BOS
+        logprobs[:, BOS_ID] = -torch.inf
+        return logprobs
+
+    def reorder(self, index: Tensor, sources_changed: bool = True) -> None:
+        """Keep rows ``index`` (B',): surviving beams' parents, or unfinished sentences.
+
+        ``sources_changed=False`` says every row keeps its source sentence (see ``DecoderCache.reorder``).
+        """
+        if self.cache is not None:
+            self.cache = self.cache.reorder(index, sources_changed)
+        elif sources_changed:
+            self.memory, self.mask = self.memory.index_select(0, index), self.mask.index_select(0, index)
+
+
+def length_limits(src: Tensor, max_len_a: float, max_len_b: int, max_positions: int) -> Tensor:
+    """Most output tokens per sentence before EOS, a · |x| + b (§6.1: input length + 50).
+
+    Capped so that BOS, the tokens and EOS fit in the model's positions.
+
+    Args:
+        src: (B, S) padded source ids (EOS counts in |x|).
+
+    Returns:
+        (B,) int64.
+    """
+    src_len = (src != PAD_ID).sum(dim=1)  # (B,)
+    return (max_len_a * src_len + max_len_b).long().clamp(min=0, max=max_positions - 2)
+
+
+def constrain_length(logprobs: Tensor, step: int, min_len: int, limit: Tensor) -> Tensor:
+    """No EOS before ``min_len`` tokens; only EOS once a row has ``limit`` (B,) tokens.
+
+    ``step`` is the number of tokens already chosen (BOS not counted).
+    """
+    if step < min_len:
+        logprobs[:, EOS_ID] = -torch.inf
+    at_limit = step >= limit  # (B,)
+    if at_limit.any():
+        eos = logprobs[at_limit, EOS_ID].clone()
+        logprobs[at_limit] = -torch.inf
+        logprobs[at_limit, EOS_ID] = eos.clamp_min(torch.finfo(logprobs.dtype).min)  # finite even if masked
+    return logprobs

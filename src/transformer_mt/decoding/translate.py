@@ -1,0 +1,87 @@
+"""From text in to text out: tokenize, batch by length, search, detokenize, keep the order."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from transformer_mt.config import DecodeConfig
+from transformer_mt.data.batching import pad
+from transformer_mt.data.tokenizer import EOS_ID, Tokenizer
+from transformer_mt.decoding.beam import beam_search
+from transformer_mt.decoding.greedy import greedy_decode
+from transformer_mt.model import Transformer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Translation:
+    text: str
+    tokens: list[int]  # piece ids, without BOS/EOS
+    score: float  # length-normalised log-probability (beam search); 0.0 for greedy output
+
+
+def source_ids(
+    tokenizer: Tokenizer, sentences: list[str], max_positions: int, long_inputs: str = "truncate"
+) -> list[list[int]]:
+    """EOS-terminated piece ids that fit the model's positions.
+
+    Args:
+        long_inputs: "truncate" keeps the first pieces and logs a warning naming the line;
+            "error" raises ValueError naming it.
+    """
+    if long_inputs not in ("truncate", "error"):
+        raise ValueError(f"long_inputs must be 'truncate' or 'error', got {long_inputs!r}")
+    out = []
+    for line, ids in enumerate(tokenizer.encode(sentences), 1):
+        if len(ids) + 1 > max_positions:
+            message = (f"line {line}: {len(ids)} pieces exceed the model's max_positions={max_positions} "
+                       f"(EOS included)")
+            if long_inputs == "error":
+                raise ValueError(message + "; split the sentence or use long_inputs=truncate")
+            log.warning("%s; translating its first %d pieces only", message, max_positions - 1)
+            ids = ids[: max_positions - 1]
+        out.append(ids + [EOS_ID])
+    return out
+
+
+@torch.no_grad()
+def translate(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: list[str],
+    cfg: DecodeConfig,
+    n_best: int = 1,
+    long_inputs: str = "truncate",
+    progress: bool = False,
+) -> list[list[Translation]]:
+    """The ``n_best`` translations of every sentence, in input order.
+
+    Sentences are sorted by length and decoded ``cfg.batch_size`` at a time, so little padding
+    is computed. An empty (or blank) sentence translates to an empty string without decoding.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    ids = source_ids(tokenizer, sentences, model.cfg.max_positions, long_inputs)
+    results: list[list[Translation]] = [[Translation("", [], 0.0)] for _ in sentences]
+    todo = sorted((i for i, s in enumerate(sentences) if s.strip()), key=lambda i: len(ids[i]))
+    bar = tqdm(total=len(todo), unit="sent", desc="translating", disable=not progress)
+    for start in range(0, len(todo), cfg.batch_size):
+        chunk = todo[start : start + cfg.batch_size]
+        src = pad([ids[i] for i in chunk]).to(device)  # (b, S)
+        if cfg.beam_size == 1 and n_best == 1:
+            hyps = [[(tokens, 0.0)] for tokens in greedy_decode(model, src, cfg.max_len_a, cfg.max_len_b)]
+        else:
+            found = beam_search(model, src, cfg.beam_size, cfg.length_penalty, cfg.max_len_a, cfg.max_len_b,
+                                n_best=n_best)
+            hyps = [[(h.tokens, h.score) for h in hs] for hs in found]
+        for i, options in zip(chunk, hyps):
+            texts = tokenizer.decode([tokens for tokens, _ in options])
+            results[i] = [Translation(t, tokens, score) for t, (tokens, score) in zip(texts, options)]
+        bar.update(len(chunk))
+    bar.close()
+    return results

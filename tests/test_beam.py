@@ -1,0 +1,107 @@
+"""Beam search: against greedy, against exhaustive search, and its bookkeeping."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+import torch
+
+from transformer_mt import Transformer, TransformerConfig
+from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer_mt.decoding import beam_search, greedy_decode, length_penalty
+from transformer_mt.decoding.state import DecoderState
+
+
+@pytest.fixture
+def model(tiny_cfg: TransformerConfig) -> Transformer:
+    torch.manual_seed(3)
+    return Transformer(replace(tiny_cfg, vocab_size=7)).eval()  # 3 real tokens: 4, 5, 6
+
+
+SRC = torch.tensor([[4, 5, 6, EOS_ID], [6, EOS_ID, PAD_ID, PAD_ID], [5, 5, EOS_ID, PAD_ID]])
+
+
+def sequence_logprob(model: Transformer, src: torch.Tensor, tokens: list[int]) -> float:
+    """Teacher-forced log p(tokens + EOS | src) under the model (the search does not renormalise)."""
+    with torch.no_grad():
+        memory, mask, _ = model.encode(src[None])
+        logits = model.decode(torch.tensor([[BOS_ID] + tokens]), memory, mask)[0][0]  # (T, V)
+    logprobs = logits.log_softmax(-1)
+    return float(sum(logprobs[t, y] for t, y in enumerate(tokens + [EOS_ID])))
+
+
+def test_length_penalty_formula() -> None:
+    assert length_penalty(1, 0.6) == pytest.approx(1.0)
+    assert length_penalty(11, 0.6) == pytest.approx((16 / 6) ** 0.6)
+    assert length_penalty(11, 0.0) == 1.0
+
+
+def test_cached_and_uncached_states_agree(model: Transformer) -> None:
+    cached, uncached = DecoderState(model, SRC), DecoderState(model, SRC, use_cache=False)
+    prefix = torch.full((3, 1), BOS_ID)
+    for token in (4, 6, 5, 5):
+        torch.testing.assert_close(cached.step(prefix), uncached.step(prefix), atol=1e-5, rtol=1e-5)
+        prefix = torch.cat([prefix, torch.full((3, 1), token)], dim=1)
+
+
+def test_beam_one_equals_greedy(model: Transformer) -> None:
+    hyps = beam_search(model, SRC, beam_size=1, max_len_b=6)
+    assert [h[0].tokens for h in hyps] == greedy_decode(model, SRC, max_len_b=6)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_wide_beam_finds_the_exhaustive_optimum(model: Transformer, alpha: float) -> None:
+    limit = 3  # outputs of 0..3 tokens from {4, 5, 6}, then EOS: 40 candidates per sentence
+    found = beam_search(model, SRC, beam_size=64, alpha=alpha, max_len_a=0.0, max_len_b=limit)
+    for src, hyps in zip(SRC, found):
+        src = src[src != PAD_ID]
+        scored = []
+        for n in range(limit + 1):
+            for tokens in itertools.product([4, 5, 6], repeat=n):
+                logprob = sequence_logprob(model, src, list(tokens))
+                scored.append((logprob / length_penalty(n + 1, alpha), list(tokens)))
+        best_score, best_tokens = max(scored)
+        assert hyps[0].tokens == best_tokens
+        assert hyps[0].score == pytest.approx(best_score, abs=1e-4)
+
+
+def test_hypotheses_are_scored_as_finished_never_extended(model: Transformer) -> None:
+    found = beam_search(model, SRC, beam_size=4, alpha=0.6, max_len_b=5, n_best=4)
+    for src, hyps in zip(SRC, found):
+        src = src[src != PAD_ID]
+        assert len(hyps) == 4
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        for h in hyps:
+            # The stored log-probability is exactly that of tokens + one EOS: nothing was appended later.
+            assert EOS_ID not in h.tokens and PAD_ID not in h.tokens
+            assert h.logprob == pytest.approx(sequence_logprob(model, src, h.tokens), abs=1e-4)
+            assert h.score == pytest.approx(h.logprob / length_penalty(len(h.tokens) + 1, 0.6))
+            assert len(h.tokens) <= len(src) + 5
+
+
+def test_padding_in_the_batch_changes_no_result(model: Transformer) -> None:
+    batched = beam_search(model, SRC, beam_size=3, n_best=3, max_len_b=6)
+    for src, hyps in zip(SRC, batched):
+        alone = beam_search(model, src[src != PAD_ID][None], beam_size=3, n_best=3, max_len_b=6)[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in hyps]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in hyps], abs=1e-5)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_forced_lengths_are_exact(model: Transformer, use_cache: bool) -> None:
+    hyps = beam_search(model, SRC, beam_size=2, max_len_a=0.0, max_len_b=5, min_len=5, use_cache=use_cache)
+    assert all(len(h[0].tokens) == 5 for h in hyps)
+    assert all(len(g) == 5 for g in greedy_decode(model, SRC, 0.0, 5, min_len=5, use_cache=use_cache))
+
+
+def test_cached_and_uncached_beam_search_agree(model: Transformer) -> None:
+    a = beam_search(model, SRC, beam_size=3, n_best=2, max_len_b=5)
+    b = beam_search(model, SRC, beam_size=3, n_best=2, max_len_b=5, use_cache=False)
+    assert [[h.tokens for h in hs] for hs in a] == [[h.tokens for h in hs] for hs in b]
+
+
+def test_n_best_over_beam_is_a_clear_error(model: Transformer) -> None:
+    with pytest.raises(ValueError, match="n_best=5 must be between 1 and the beam size 4"):
+        beam_search(model, SRC, beam_size=4, n_best=5)
