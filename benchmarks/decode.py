@@ -42,7 +42,9 @@ def greedy_last_position_only(model: Transformer, src: torch.Tensor, n: int) -> 
     memory, mask, _ = model.encode(src)
     prefix = torch.full((src.size(0), 1), BOS_ID)
     for step in range(n + 1):
-        states, _ = model.decoder(prefix, memory, mask, decoder_self_mask(prefix, PAD_ID))  # (B, t, D)
+        states, _ = model.decoder(
+            prefix, memory, mask, decoder_self_mask(prefix, PAD_ID)
+        )  # (B, t, D)
         logprobs = model.generator(states[:, -1]).log_softmax(-1)  # (B, V)
         logprobs[:, [PAD_ID, BOS_ID]] = -torch.inf
         if step < n:
@@ -52,13 +54,19 @@ def greedy_last_position_only(model: Transformer, src: torch.Tensor, n: int) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sentences", type=int, default=100)
-    parser.add_argument("--length", type=int, default=25, help="source and output tokens per sentence")
+    parser.add_argument(
+        "--length", type=int, default=25, help="source and output tokens per sentence"
+    )
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=2, help="rounds over all variants; the best counts")
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="rounds over all variants; the best counts"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -77,9 +85,11 @@ def main() -> None:
         out = beam_search(model, src, beam_size=args.beam, alpha=0.6, use_cache=use_cache, **common)
         assert all(len(h[0].tokens) == n for h in out)
 
-    print(f"base shape, vocab {args.vocab}, {args.sentences} sentences x {args.length} tokens in one batch, "
-          f"outputs forced to {n} tokens; torch {torch.__version__}, {args.threads} threads, "
-          f"{platform.processor() or platform.machine()}")
+    print(
+        f"base shape, vocab {args.vocab}, {args.sentences} sentences x {args.length} tokens in one batch, "
+        f"outputs forced to {n} tokens; torch {torch.__version__}, {args.threads} threads, "
+        f"{platform.processor() or platform.machine()}"
+    )
     runs = {
         "greedy, cached": lambda: greedy(True),
         "greedy, uncached": lambda: greedy(False),
@@ -96,9 +106,13 @@ def main() -> None:
         print(f"{name:<40} {rate[name]:8.2f} sentences/s")
     greedy_cached, beam_cached = rate["greedy, cached"], rate[f"beam {args.beam}, cached"]
     print(f"cached/uncached, greedy: {greedy_cached / rate['greedy, uncached']:.1f}x")
-    print(f"cached/uncached, beam {args.beam}: {beam_cached / rate[f'beam {args.beam}, uncached']:.1f}x")
-    print(f"cached/uncached, greedy, against last-position-only recomputation: "
-          f"{greedy_cached / rate['greedy, uncached, last position only']:.1f}x")
+    print(
+        f"cached/uncached, beam {args.beam}: {beam_cached / rate[f'beam {args.beam}, uncached']:.1f}x"
+    )
+    print(
+        f"cached/uncached, greedy, against last-position-only recomputation: "
+        f"{greedy_cached / rate['greedy, uncached, last position only']:.1f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -37,17 +37,33 @@ def read_lines(path: Path | None) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run", type=Path, help="a run directory written by scripts/train.py, or a .ckpt file in one")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "run", type=Path, help="a run directory written by scripts/train.py, or a .ckpt file in one"
+    )
     parser.add_argument("--input", type=Path, help="a text file; default: standard input")
-    parser.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy search (default: 4)")
+    parser.add_argument(
+        "--beam", type=int, default=4, help="beam size; 1 is greedy search (default: 4)"
+    )
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty α (default: 0.6)")
-    parser.add_argument("--n-best", type=int, default=1, help="translations per line (at most --beam)")
-    parser.add_argument("--average-last", type=int, default=1, help="average the run's last N checkpoints")
+    parser.add_argument(
+        "--n-best", type=int, default=1, help="translations per line (at most --beam)"
+    )
+    parser.add_argument(
+        "--average-last", type=int, default=1, help="average the run's last N checkpoints"
+    )
     parser.add_argument("--batch-size", type=int, default=64, help="sentences decoded at once")
-    parser.add_argument("--long-inputs", choices=["truncate", "error"], default="truncate",
-                        help="sources longer than the model's positions: translate a prefix (warn) or stop")
-    parser.add_argument("--alignments", action="store_true", help="append source-target word alignments")
+    parser.add_argument(
+        "--long-inputs",
+        choices=["truncate", "error"],
+        default="truncate",
+        help="sources longer than the model's positions: translate a prefix (warn) or stop",
+    )
+    parser.add_argument(
+        "--alignments", action="store_true", help="append source-target word alignments"
+    )
     args = parser.parse_args()
     if args.n_best > args.beam:
         parser.error(f"--n-best {args.n_best} cannot exceed --beam {args.beam}")
@@ -56,7 +72,9 @@ def main() -> None:
     lines = read_lines(args.input)
     cfg = DecodeConfig(beam_size=args.beam, length_penalty=args.alpha, batch_size=args.batch_size)
     try:
-        results = translate(model, tokenizer, lines, cfg, n_best=args.n_best, long_inputs=args.long_inputs)
+        results = translate(
+            model, tokenizer, lines, cfg, n_best=args.n_best, long_inputs=args.long_inputs
+        )
     except ValueError as err:
         raise SystemExit(f"{args.input or 'stdin'}: {err}") from None
     for number, (source, options) in enumerate(zip(lines, results)):
@@ -64,7 +82,9 @@ def main() -> None:
             text = option.text
             if args.alignments and option.tokens:
                 src_ids = tokenizer.encode([source])[0][: model.cfg.max_positions - 1]
-                words, _, _ = word_attention(model, tokenizer, src_ids, option.tokens)  # (L, H, W_tgt, W_src)
+                words, _, _ = word_attention(
+                    model, tokenizer, src_ids, option.tokens
+                )  # (L, H, W_tgt, W_src)
                 links = sorted(hard_alignment(words[-1].mean(dim=0)[:-1, :-1]))
                 text += " ||| " + " ".join(f"{i}-{j}" for i, j in links)
             print(f"{number} ||| {text} ||| {option.score:.4f}" if args.n_best > 1 else text)

@@ -91,9 +91,13 @@ def test_padding_in_the_batch_changes_no_result(model: Transformer) -> None:
 
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_forced_lengths_are_exact(model: Transformer, use_cache: bool) -> None:
-    hyps = beam_search(model, SRC, beam_size=2, max_len_a=0.0, max_len_b=5, min_len=5, use_cache=use_cache)
+    hyps = beam_search(
+        model, SRC, beam_size=2, max_len_a=0.0, max_len_b=5, min_len=5, use_cache=use_cache
+    )
     assert all(len(h[0].tokens) == 5 for h in hyps)
-    assert all(len(g) == 5 for g in greedy_decode(model, SRC, 0.0, 5, min_len=5, use_cache=use_cache))
+    assert all(
+        len(g) == 5 for g in greedy_decode(model, SRC, 0.0, 5, min_len=5, use_cache=use_cache)
+    )
 
 
 def test_cached_and_uncached_beam_search_agree(model: Transformer) -> None:

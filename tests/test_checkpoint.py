@@ -12,8 +12,13 @@ from transformer_mt.checkpoint import average_checkpoints, last_checkpoints, res
 MODEL = {"d_model": 4, "n_layers": 1, "vocab_size": 10}
 
 
-def _save(path: Path, weight: list[float], steps: int = 0, model: dict | None = None, shape=(2,)) -> Path:
-    state = {"model.w": torch.tensor(weight).reshape(shape), "model.count": torch.tensor([steps, 7])}
+def _save(
+    path: Path, weight: list[float], steps: int = 0, model: dict | None = None, shape=(2,)
+) -> Path:
+    state = {
+        "model.w": torch.tensor(weight).reshape(shape),
+        "model.count": torch.tensor([steps, 7]),
+    }
     torch.save({"state_dict": state, "hyper_parameters": {"model": model or MODEL}}, path)
     return path
 
@@ -33,18 +38,26 @@ def test_average_is_the_elementwise_mean(tmp_path: Path) -> None:
 
 def test_average_of_one_is_itself(tmp_path: Path) -> None:
     path = _save(tmp_path / "a.ckpt", [0.1, 0.2])
-    torch.testing.assert_close(average_checkpoints([path])["state_dict"]["model.w"], torch.tensor([0.1, 0.2]))
+    torch.testing.assert_close(
+        average_checkpoints([path])["state_dict"]["model.w"], torch.tensor([0.1, 0.2])
+    )
 
 
 def test_different_model_shapes_are_refused_naming_the_difference(tmp_path: Path) -> None:
     a = _save(tmp_path / "a.ckpt", [1.0, 2.0])
     b = _save(tmp_path / "b.ckpt", [1.0, 2.0, 3.0, 4.0], model={**MODEL, "d_model": 8}, shape=(4,))
-    with pytest.raises(ValueError, match=r"not the same model.*model.d_model: 4 vs 8.*model.w: shape \(2,\) vs \(4,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"not the same model.*model.d_model: 4 vs 8.*model.w: shape \(2,\) vs \(4,\)",
+    ):
         average_checkpoints([a, b])
 
 
 def test_unequal_integer_buffers_are_refused(tmp_path: Path) -> None:
-    a, b = _save(tmp_path / "a.ckpt", [1.0, 2.0], steps=1), _save(tmp_path / "b.ckpt", [1.0, 2.0], steps=2)
+    a, b = (
+        _save(tmp_path / "a.ckpt", [1.0, 2.0], steps=1),
+        _save(tmp_path / "b.ckpt", [1.0, 2.0], steps=2),
+    )
     with pytest.raises(ValueError, match="non-float tensor model.count differs"):
         average_checkpoints([a, b])
 
@@ -55,7 +68,10 @@ def test_last_checkpoints_are_the_latest_steps(tmp_path: Path) -> None:
     for step in (100, 2000, 300, 40):
         _save(folder / f"epoch=0-step={step}.ckpt", [0.0, 0.0])
     _save(folder / "last.ckpt", [0.0, 0.0])
-    assert [p.name for p in last_checkpoints(tmp_path, 2)] == ["epoch=0-step=300.ckpt", "epoch=0-step=2000.ckpt"]
+    assert [p.name for p in last_checkpoints(tmp_path, 2)] == [
+        "epoch=0-step=300.ckpt",
+        "epoch=0-step=2000.ckpt",
+    ]
     with pytest.raises(FileNotFoundError, match="has 4 step checkpoints, fewer than the 5"):
         last_checkpoints(tmp_path, 5)
 
@@ -63,3 +79,28 @@ def test_last_checkpoints_are_the_latest_steps(tmp_path: Path) -> None:
 def test_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="pass a run directory written by scripts/train.py"):
         resolve_checkpoint(tmp_path)
+
+
+def test_average_checkpoints_cli_writes_a_loadable_average(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    a, b = _save(tmp_path / "a.ckpt", [1.0, 3.0]), _save(tmp_path / "b.ckpt", [3.0, 5.0])
+    out = tmp_path / "avg.ckpt"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "average_checkpoints.py"),
+            str(a),
+            str(b),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    torch.testing.assert_close(torch.load(out)["state_dict"]["model.w"], torch.tensor([2.0, 4.0]))

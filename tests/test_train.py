@@ -118,3 +118,93 @@ def test_checkpoint_rebuilds_the_model_alone(small_run) -> None:
     )
     assert module.model_cfg.d_model == 32 and module.model_cfg.vocab_size > 0
     assert module.hparams.tokenizer_path.endswith("tokenizer.model")
+
+
+def test_evaluate_decodes_with_beam_and_averaging(small_run, tmp_path) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from transformer_mt.evaluate import evaluate
+
+    from .conftest import CONF
+
+    _, out = small_run
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(
+            "evaluate",
+            overrides=[f"run_dir={out}", "ckpt.average_last=2", f"output_dir={tmp_path}"],
+        )
+    scores = evaluate(cfg)
+    assert scores["decode"]["beam_size"] == 4 and scores["decode"]["length_penalty"] == 0.6
+    assert len(scores["checkpoints"]) == 2 and scores["sentences"] == 30
+    assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert len((tmp_path / "hyp.txt").read_text(encoding="utf-8").splitlines()) == 30
+    assert json.loads((tmp_path / "scores.json").read_text())["bleu"] == scores["bleu"]
+
+
+def test_evaluate_refuses_a_directory_that_is_not_a_run(tmp_path) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from transformer_mt.evaluate import evaluate
+
+    from .conftest import CONF
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[f"run_dir={tmp_path}"])
+    with pytest.raises(
+        FileNotFoundError, match="has no config.yaml; pass run_dir= a directory written by"
+    ):
+        evaluate(cfg)
+
+
+def _translate_cli(out, stdin: bytes, *args: str):
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "translate.py"), str(out), *args],
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+def test_translate_cli_keeps_lines_and_prints_alignments(small_run) -> None:
+    _, out = small_run
+    result = _translate_cli(
+        out, b"el gato negro duerme en casa\n\nla casa\n", "--alignments", "--beam", "2"
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    lines = result.stdout.decode().split("\n")[:-1]
+    assert len(lines) == 3 and lines[1] == ""
+    for line in (lines[0], lines[2]):
+        if line:  # "translation ||| i-j ..." unless the model wrote nothing
+            links = line.split(" ||| ")[1].split()
+            assert all(len(link.split("-")) == 2 for link in links)
+
+
+def test_translate_cli_rejects_bad_utf8_naming_the_line(small_run) -> None:
+    _, out = small_run
+    result = _translate_cli(out, b"la casa\nel gato \xff negro\n")
+    assert result.returncode != 0
+    assert "stdin, line 2: not valid UTF-8" in result.stderr.decode()
+
+
+def test_model_and_tokenizer_of_different_runs_are_refused(small_run, tmp_path) -> None:
+    import shutil
+
+    from transformer_mt.checkpoint import load_model
+    from transformer_mt.data import demo_corpus
+    from transformer_mt.data.tokenizer import Tokenizer
+
+    _, out = small_run
+    run = tmp_path / "run"
+    shutil.copytree(out / "checkpoints", run / "checkpoints")
+    pairs = demo_corpus.generate(5, {"train": 800})["train"]
+    other = Tokenizer.train([s for p in pairs for s in (p.src, p.tgt)], 250, tmp_path / "spm")
+    shutil.copyfile(other.path, run / "tokenizer.model")
+    with pytest.raises(
+        ValueError, match="has 250 pieces but the checkpoint's model has vocab_size=300"
+    ):
+        load_model(run)

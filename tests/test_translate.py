@@ -16,14 +16,22 @@ from transformer_mt.data.tokenizer import Tokenizer
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory) -> Tokenizer:
     pairs = demo_corpus.generate(3, {"train": 1500})["train"]
-    return Tokenizer.train([s for p in pairs for s in (p.src, p.tgt)], 300, tmp_path_factory.mktemp("spm"))
+    return Tokenizer.train(
+        [s for p in pairs for s in (p.src, p.tgt)], 300, tmp_path_factory.mktemp("spm")
+    )
 
 
 @pytest.fixture(scope="module")
 def model(tokenizer: Tokenizer) -> Transformer:
     torch.manual_seed(0)
-    cfg = TransformerConfig(n_layers=1, d_model=16, d_ff=32, n_heads=2, vocab_size=tokenizer.vocab_size,
-                            max_positions=12)
+    cfg = TransformerConfig(
+        n_layers=1,
+        d_model=16,
+        d_ff=32,
+        n_heads=2,
+        vocab_size=tokenizer.vocab_size,
+        max_positions=12,
+    )
     return Transformer(cfg).eval()
 
 
@@ -42,7 +50,9 @@ def test_order_and_empty_lines_are_kept(model, tokenizer, beam: int) -> None:
 
 
 def test_n_best_lists(model, tokenizer) -> None:
-    out = translate(model, tokenizer, SENTENCES[:1], DecodeConfig(beam_size=3, max_len_b=3), n_best=3)
+    out = translate(
+        model, tokenizer, SENTENCES[:1], DecodeConfig(beam_size=3, max_len_b=3), n_best=3
+    )
     assert len(out[0]) == 3 and out[0][0].score >= out[0][1].score >= out[0][2].score
 
 
@@ -50,6 +60,12 @@ def test_long_input_is_truncated_with_a_warning_or_refused(model, tokenizer, cap
     long = " ".join(["el gato negro duerme en casa"] * 3)  # more pieces than max_positions=12
     with caplog.at_level(logging.WARNING):
         out = translate(model, tokenizer, ["la casa", long], DecodeConfig(max_len_b=2))
-    assert len(out) == 2 and "line 2:" in caplog.text and "exceed the model's max_positions=12" in caplog.text
+    assert (
+        len(out) == 2
+        and "line 2:" in caplog.text
+        and "exceed the model's max_positions=12" in caplog.text
+    )
     with pytest.raises(ValueError, match="line 2: .* exceed the model's max_positions=12"):
-        translate(model, tokenizer, ["la casa", long], DecodeConfig(max_len_b=2), long_inputs="error")
+        translate(
+            model, tokenizer, ["la casa", long], DecodeConfig(max_len_b=2), long_inputs="error"
+        )

@@ -66,22 +66,38 @@ def average_checkpoints(paths: Sequence[str | Path], map_location: str = "cpu") 
             if sums[key].is_floating_point():
                 sums[key] += value.double()
             elif not torch.equal(sums[key], value):
-                raise ValueError(f"{path}: non-float tensor {key} differs from {paths[0]}; cannot average it")
+                raise ValueError(
+                    f"{path}: non-float tensor {key} differs from {paths[0]}; cannot average it"
+                )
     dtypes = {k: v.dtype for k, v in first["state_dict"].items()}
-    state = {k: (v / len(paths)).to(dtypes[k]) if v.is_floating_point() else v for k, v in sums.items()}
-    return {"state_dict": state, "hyper_parameters": first["hyper_parameters"],
-            "averaged_from": [str(p) for p in paths]}
+    state = {
+        k: (v / len(paths)).to(dtypes[k]) if v.is_floating_point() else v for k, v in sums.items()
+    }
+    return {
+        "state_dict": state,
+        "hyper_parameters": first["hyper_parameters"],
+        "averaged_from": [str(p) for p in paths],
+    }
 
 
 def _check_same_model(a: dict, b: dict, path_a: str | Path, path_b: str | Path) -> None:
-    model_a, model_b = a["hyper_parameters"].get("model", {}), b["hyper_parameters"].get("model", {})
-    differ = [f"model.{k}: {model_a.get(k)} vs {model_b.get(k)}" for k in sorted(set(model_a) | set(model_b))
-              if model_a.get(k) != model_b.get(k) and k != "name"]
+    model_a, model_b = (
+        a["hyper_parameters"].get("model", {}),
+        b["hyper_parameters"].get("model", {}),
+    )
+    differ = [
+        f"model.{k}: {model_a.get(k)} vs {model_b.get(k)}"
+        for k in sorted(set(model_a) | set(model_b))
+        if model_a.get(k) != model_b.get(k) and k != "name"
+    ]
     keys_a, keys_b = set(a["state_dict"]), set(b["state_dict"])
     if keys_a != keys_b:
         differ.append(f"parameters only in one: {sorted(keys_a ^ keys_b)[:5]}")
-    differ += [f"{k}: shape {tuple(a['state_dict'][k].shape)} vs {tuple(b['state_dict'][k].shape)}"
-               for k in sorted(keys_a & keys_b) if a["state_dict"][k].shape != b["state_dict"][k].shape]
+    differ += [
+        f"{k}: shape {tuple(a['state_dict'][k].shape)} vs {tuple(b['state_dict'][k].shape)}"
+        for k in sorted(keys_a & keys_b)
+        if a["state_dict"][k].shape != b["state_dict"][k].shape
+    ]
     if differ:
         raise ValueError(f"{path_b} is not the same model as {path_a}: " + "; ".join(differ[:6]))
 

@@ -25,16 +25,24 @@ def evaluate(cfg: DictConfig) -> dict:
     check_keys(cfg)
     run_dir, out = Path(cfg.run_dir), Path(cfg.output_dir)
     if not (run_dir / "config.yaml").is_file():
-        raise FileNotFoundError(f"{run_dir} has no config.yaml; pass run_dir= a directory written by scripts/train.py")
-    data_cfg = DataConfig(**OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml").data, resolve=True))
-    model, tokenizer, sources = load_model(cfg.ckpt.path or run_dir, average_last=cfg.ckpt.average_last)
+        raise FileNotFoundError(
+            f"{run_dir} has no config.yaml; pass run_dir= a directory written by scripts/train.py"
+        )
+    data_cfg = DataConfig(
+        **OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml").data, resolve=True)
+    )
+    model, tokenizer, sources = load_model(
+        cfg.ckpt.path or run_dir, average_last=cfg.ckpt.average_last
+    )
     decode: DecodeConfig = OmegaConf.to_object(cfg.decode)
 
     split = load_corpus(data_cfg)[cfg.split]
     if cfg.limit is not None:
         split = split.select(range(min(cfg.limit, len(split))))
     started = time.perf_counter()
-    results = translate(model, tokenizer, list(split["src"]), decode, long_inputs=cfg.long_inputs, progress=True)
+    results = translate(
+        model, tokenizer, list(split["src"]), decode, long_inputs=cfg.long_inputs, progress=True
+    )
     seconds = time.perf_counter() - started
     hyps, refs = [r[0].text for r in results], list(split["tgt"])
 
@@ -52,13 +60,21 @@ def evaluate(cfg: DictConfig) -> dict:
         "data": data_cfg.name,
         "split": cfg.split,
     }
-    lines = [f"{cfg.split} of {data_cfg.name}, {len(hyps)} sentences, beam {decode.beam_size}, "
-             f"α {decode.length_penalty}, {len(sources)} checkpoint(s):", f"  SacreBLEU: {bleu.text}",
-             f"  signature: {bleu.signature}", f"  {chrf.text}"]
-    if data_cfg.tgt_lang == "de":  # the paper's EN-DE figure, comparable with its Table 2, not with SacreBLEU
+    lines = [
+        f"{cfg.split} of {data_cfg.name}, {len(hyps)} sentences, beam {decode.beam_size}, "
+        f"α {decode.length_penalty}, {len(sources)} checkpoint(s):",
+        f"  SacreBLEU: {bleu.text}",
+        f"  signature: {bleu.signature}",
+        f"  {chrf.text}",
+    ]
+    if (
+        data_cfg.tgt_lang == "de"
+    ):  # the paper's EN-DE figure, comparable with its Table 2, not with SacreBLEU
         paper = compound_split_bleu(hyps, refs, lang="de")
         scores["bleu_tokenized_compound_split"] = round(paper.score, 2)
-        lines.append(f"  paper-comparable (Moses-tokenized, compound-split) BLEU: {paper.score:.2f}")
+        lines.append(
+            f"  paper-comparable (Moses-tokenized, compound-split) BLEU: {paper.score:.2f}"
+        )
     out.mkdir(parents=True, exist_ok=True)
     (out / "hyp.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     (out / "scores.json").write_text(json.dumps(scores, indent=2) + "\n")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sacremoses import MosesTokenizer
 from sacrebleu.metrics import BLEU, CHRF
+from sacremoses import MosesTokenizer
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,12 @@ def compound_split_bleu(hypotheses: list[str], references: list[str], lang: str 
         return re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", tokenized)
 
     metric = BLEU(tokenize="none", force=True)
-    result = metric.corpus_score([prepare(h) for h in hypotheses], [[prepare(r) for r in references]])
-    return Score("bleu_compound_split", result.score, "moses-tok+compound-split|" + str(metric.get_signature()),
-                 str(result))
+    result = metric.corpus_score(
+        [prepare(h) for h in hypotheses], [[prepare(r) for r in references]]
+    )
+    return Score(
+        "bleu_compound_split",
+        result.score,
+        "moses-tok+compound-split|" + str(metric.get_signature()),
+        str(result),
+    )

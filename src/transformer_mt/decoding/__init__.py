@@ -15,7 +15,13 @@ from transformer_mt.decoding.translate import Translation, translate
 from transformer_mt.model import Transformer
 
 __all__ = [
-    "Hypothesis", "Translation", "beam_search", "decode_batch", "greedy_decode", "length_penalty", "translate",
+    "Hypothesis",
+    "Translation",
+    "beam_search",
+    "decode_batch",
+    "greedy_decode",
+    "length_penalty",
+    "translate",
 ]
 
 

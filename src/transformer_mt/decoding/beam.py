@@ -73,11 +73,17 @@ def beam_search(
     limit = length_limits(src, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
     scores = torch.full((B, K), -torch.inf, device=src.device)
     scores[:, 0] = 0.0  # one live beam at the start, so the first step does not pick K copies
-    beams = _Beams(torch.arange(B, device=src.device), scores, torch.full((B * K, 1), BOS_ID, device=src.device))
+    beams = _Beams(
+        torch.arange(B, device=src.device),
+        scores,
+        torch.full((B * K, 1), BOS_ID, device=src.device),
+    )
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     for step in range(int(limit.max()) + 1):
         logprobs = state.step(beams.prefix)  # (n * K, V)
-        logprobs = constrain_length(logprobs, step, min_len, limit[beams.sentence].repeat_interleave(K))
+        logprobs = constrain_length(
+            logprobs, step, min_len, limit[beams.sentence].repeat_interleave(K)
+        )
         top_scores, parent, token = _top_candidates(beams.scores, logprobs, K)  # 3 x (n, 2K)
         _finish(beams, top_scores[:, :K], parent[:, :K], token[:, :K], alpha, finished)
         live = _select_live(beams, top_scores, parent, token, K, step, limit, finished)
@@ -97,7 +103,9 @@ def _top_candidates(scores: Tensor, logprobs: Tensor, K: int) -> tuple[Tensor, T
     return top_scores, flat // V, flat % V
 
 
-def _finish(beams: _Beams, scores: Tensor, parent: Tensor, token: Tensor, alpha: float, finished: list) -> None:
+def _finish(
+    beams: _Beams, scores: Tensor, parent: Tensor, token: Tensor, alpha: float, finished: list
+) -> None:
     """Record the EOS candidates among the top K as finished hypotheses (at most K per sentence)."""
     K = scores.size(1)
     ends = (token == EOS_ID) & torch.isfinite(scores)  # (n, K)
@@ -106,18 +114,33 @@ def _finish(beams: _Beams, scores: Tensor, parent: Tensor, token: Tensor, alpha:
         if len(hyps) < K:
             tokens = beams.prefix[r * K + int(parent[r, c]), 1:].tolist()
             logprob = float(scores[r, c])
-            hyps.append(Hypothesis(tokens, logprob, logprob / length_penalty(len(tokens) + 1, alpha)))
+            hyps.append(
+                Hypothesis(tokens, logprob, logprob / length_penalty(len(tokens) + 1, alpha))
+            )
 
 
 def _select_live(
-    beams: _Beams, top_scores: Tensor, parent: Tensor, token: Tensor, K: int, step: int, limit: Tensor, finished: list
+    beams: _Beams,
+    top_scores: Tensor,
+    parent: Tensor,
+    token: Tensor,
+    K: int,
+    step: int,
+    limit: Tensor,
+    finished: list,
 ) -> tuple[_Beams, Tensor] | None:
     """The best K non-EOS candidates of every sentence that is not done, and the cache rows they extend."""
     order = torch.arange(top_scores.size(1), device=top_scores.device).expand_as(top_scores)
     rank = torch.where(token == EOS_ID, torch.inf, order.float())  # EOS candidates never live on
     pick = rank.topk(K, dim=1, largest=False).indices  # (n, K)
-    scores, parent, token = top_scores.gather(1, pick), parent.gather(1, pick), token.gather(1, pick)
-    done = torch.tensor([len(finished[s]) >= K for s in beams.sentence.tolist()], device=scores.device)
+    scores, parent, token = (
+        top_scores.gather(1, pick),
+        parent.gather(1, pick),
+        token.gather(1, pick),
+    )
+    done = torch.tensor(
+        [len(finished[s]) >= K for s in beams.sentence.tolist()], device=scores.device
+    )
     done |= step >= limit[beams.sentence]
     keep = (~done).nonzero().squeeze(1)  # (n',)
     if keep.numel() == 0:

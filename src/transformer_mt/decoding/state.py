@@ -22,7 +22,9 @@ class DecoderState:
     the two and a test pins their outputs together.
     """
 
-    def __init__(self, model: Transformer, src: Tensor, expand: int = 1, use_cache: bool = True) -> None:
+    def __init__(
+        self, model: Transformer, src: Tensor, expand: int = 1, use_cache: bool = True
+    ) -> None:
         memory, mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
         if expand > 1:  # every sentence's row repeated once per beam
             memory, mask = memory.repeat_interleave(expand, 0), mask.repeat_interleave(expand, 0)
@@ -49,7 +51,10 @@ class DecoderState:
         if self.cache is not None:
             self.cache = self.cache.reorder(index, sources_changed)
         elif sources_changed:
-            self.memory, self.mask = self.memory.index_select(0, index), self.mask.index_select(0, index)
+            self.memory, self.mask = (
+                self.memory.index_select(0, index),
+                self.mask.index_select(0, index),
+            )
 
 
 def length_limits(src: Tensor, max_len_a: float, max_len_b: int, max_positions: int) -> Tensor:
@@ -78,5 +83,7 @@ def constrain_length(logprobs: Tensor, step: int, min_len: int, limit: Tensor) -
     if at_limit.any():
         eos = logprobs[at_limit, EOS_ID].clone()
         logprobs[at_limit] = -torch.inf
-        logprobs[at_limit, EOS_ID] = eos.clamp_min(torch.finfo(logprobs.dtype).min)  # finite even if masked
+        logprobs[at_limit, EOS_ID] = eos.clamp_min(
+            torch.finfo(logprobs.dtype).min
+        )  # finite even if masked
     return logprobs

@@ -39,8 +39,10 @@ def source_ids(
     out = []
     for line, ids in enumerate(tokenizer.encode(sentences), 1):
         if len(ids) + 1 > max_positions:
-            message = (f"line {line}: {len(ids)} pieces exceed the model's max_positions={max_positions} "
-                       f"(EOS included)")
+            message = (
+                f"line {line}: {len(ids)} pieces exceed the model's max_positions={max_positions} "
+                f"(EOS included)"
+            )
             if long_inputs == "error":
                 raise ValueError(message + "; split the sentence or use long_inputs=truncate")
             log.warning("%s; translating its first %d pieces only", message, max_positions - 1)
@@ -74,14 +76,26 @@ def translate(
         chunk = todo[start : start + cfg.batch_size]
         src = pad([ids[i] for i in chunk]).to(device)  # (b, S)
         if cfg.beam_size == 1 and n_best == 1:
-            hyps = [[(tokens, 0.0)] for tokens in greedy_decode(model, src, cfg.max_len_a, cfg.max_len_b)]
+            hyps = [
+                [(tokens, 0.0)]
+                for tokens in greedy_decode(model, src, cfg.max_len_a, cfg.max_len_b)
+            ]
         else:
-            found = beam_search(model, src, cfg.beam_size, cfg.length_penalty, cfg.max_len_a, cfg.max_len_b,
-                                n_best=n_best)
+            found = beam_search(
+                model,
+                src,
+                cfg.beam_size,
+                cfg.length_penalty,
+                cfg.max_len_a,
+                cfg.max_len_b,
+                n_best=n_best,
+            )
             hyps = [[(h.tokens, h.score) for h in hs] for hs in found]
         for i, options in zip(chunk, hyps):
             texts = tokenizer.decode([tokens for tokens, _ in options])
-            results[i] = [Translation(t, tokens, score) for t, (tokens, score) in zip(texts, options)]
+            results[i] = [
+                Translation(t, tokens, score) for t, (tokens, score) in zip(texts, options)
+            ]
         bar.update(len(chunk))
     bar.close()
     return results

@@ -72,7 +72,9 @@ class LayerCache:
         allows; this cache's own buffers become the new cache's spares.
         """
         if torch.is_grad_enabled() and self.k.requires_grad:  # out= cannot record autograd
-            return LayerCache(self.k.index_select(0, index), self.v.index_select(0, index), self.length)
+            return LayerCache(
+                self.k.index_select(0, index), self.v.index_select(0, index), self.length
+            )
         shape = (index.numel(), *self.k.shape[1:])
         if self.spare is not None and self.spare[0].shape == shape:
             k, v = self.spare

@@ -26,7 +26,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, T, D) -> (B, T, D)."""
-        return self.w2(F.relu(self.w1(x)))  # (B, T, F) -> (B, T, D)
+        return self.w2(F.relu(self.w1(x), inplace=True))  # (B, T, F) -> (B, T, D)
 
 
 class AddNorm(nn.Module):
