@@ -60,21 +60,44 @@ class DataConfig:
     """A parallel corpus, its tokenizer and its batching; presets in ``conf/data``."""
 
     name: str = MISSING
-    source: str = "demo"  # where pairs come from: "demo" (built in)
+    source: str = (
+        "demo"  # where pairs come from: "demo" (built in), "hub" (datasets), "local" (files)
+    )
     src_lang: str = "es"
     tgt_lang: str = "en"
-    seed: int = 1234  # the demo corpus and subsets are drawn from it
-    train_size: int = 40_000  # demo corpus only
+    seed: int = (
+        1234  # the demo corpus, random subsets and the SentencePiece sample are drawn from it
+    )
+    # source=demo: sizes of the generated splits
+    train_size: int = 40_000
     valid_size: int = 1_000
     test_size: int = 1_000
+    # source=hub: datasets.load_dataset(hf_path, hf_config); rows {"translation": {lang: text}}
+    hf_path: str | None = None
+    hf_config: str | None = None
+    hf_splits: dict[str, str] = field(
+        default_factory=lambda: {"train": "train", "valid": "validation", "test": "test"}
+    )
+    # source=local: per split, [source file, target file] (line-aligned, optionally .gz) or [one .tsv]
+    files: dict[str, list[str]] = field(default_factory=dict)
+    train_subset: int | None = None  # keep N training pairs
+    subset_strategy: str = "first"  # "first" N, or a seeded "random" N
     vocab_size: int = 1_000  # joint SentencePiece BPE vocabulary
-    max_len: int = 128  # pairs longer than this (in pieces) are filtered and counted
-    max_tokens: int = 4_096  # padded tokens per batch, per side
+    input_sentence_size: int = 2_000_000  # sentences sampled (seeded) to train SentencePiece
+    max_len: int = 128  # training pairs longer than this (in pieces) are dropped and counted
+    max_tokens: int = 4_096  # padded tokens per batch, per side, per device
     valid_max_sentences: int = 1_000  # sentences decoded for validation BLEU each epoch
-    num_workers: int = 0
+    num_proc: int = 1  # processes for tokenization (Dataset.map)
+    num_workers: int = 0  # DataLoader workers
     cache_dir: str = MISSING
 
     def __post_init__(self) -> None:
+        if self.source not in ("demo", "hub", "local"):
+            raise ValueError(f"data.source must be 'demo', 'hub' or 'local', got {self.source!r}")
+        if self.subset_strategy not in ("first", "random"):
+            raise ValueError(
+                f"data.subset_strategy must be 'first' or 'random', got {self.subset_strategy!r}"
+            )
         if self.max_tokens < self.max_len + 2:
             raise ValueError(
                 f"data.max_tokens={self.max_tokens} cannot hold one pair of data.max_len="
@@ -144,6 +167,13 @@ class AlignConfig:
 
 
 @dataclass
+class CheckpointingConfig:
+    """Checkpoints written while training (one per epoch)."""
+
+    keep_last: int = 5  # -1 keeps them all
+
+
+@dataclass
 class TrainConfig:
     """The primary config of ``scripts/train.py`` (``conf/train.yaml``)."""
 
@@ -153,6 +183,7 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     align: AlignConfig = field(default_factory=AlignConfig)
+    checkpoint: CheckpointingConfig = field(default_factory=CheckpointingConfig)
     seed: int = 1234
     output_dir: str = MISSING  # the run directory (Hydra's)
 

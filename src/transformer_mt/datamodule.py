@@ -24,6 +24,10 @@ class TranslationDataModule(L.LightningDataModule):
 
     def prepare_data(self) -> None:
         """Generate or load the corpus, train SentencePiece and tokenize: all cached for later runs."""
+        if (
+            self.splits is not None
+        ):  # already built in this process (run() prepares before Lightning does)
+            return
         corpus = load_corpus(self.cfg)
         tokenize(corpus, train_tokenizer(corpus, self.cfg), self.cfg)
 

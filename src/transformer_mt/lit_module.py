@@ -86,6 +86,13 @@ class TranslationModule(L.LightningModule):
     def on_train_epoch_start(self) -> None:
         self._tick = None
 
+    def on_fit_start(self) -> None:
+        self._fit_start = time.perf_counter()
+
+    def on_train_epoch_end(self) -> None:
+        # Wall-clock minutes since fit started, so curves can be read against time.
+        self.log("time/minutes", (time.perf_counter() - self._fit_start) / 60.0)
+
     def _eval_step(self, batch: Batch, split: str) -> None:
         loss, nll, n_tokens = self._step(batch)
         self.log(

@@ -80,7 +80,7 @@ def run(cfg: DictConfig) -> dict:
                 filename="{epoch}-{step}",
                 monitor="step",
                 mode="max",
-                save_top_k=5,
+                save_top_k=cfg.checkpoint.keep_last,
                 save_last=True,
             )
         ],

@@ -7,13 +7,16 @@ and their lengths, kept in the Arrow cache so a second run does not tokenize aga
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import json
 import logging
 import shutil
 from functools import lru_cache
 from pathlib import Path
 
-from datasets import DatasetDict, load_dataset
+from datasets import Dataset, DatasetDict, Features, Value, load_dataset
+from datasets.exceptions import DatasetGenerationError
 
 from transformer_mt.config import DataConfig
 from transformer_mt.data import demo_corpus
@@ -48,11 +51,161 @@ def demo_files(cfg: DataConfig) -> dict[str, str]:
 
 
 def load_corpus(cfg: DataConfig) -> DatasetDict:
-    """The raw text pairs of ``cfg``'s corpus: splits train/valid/test, columns src and tgt."""
+    """The raw text pairs of ``cfg``'s corpus: splits train/valid/test, columns src and tgt.
+
+    A training subset (``train_subset``) is taken here, before anything is tokenized.
+    """
     if cfg.source == "demo":
         files = demo_files(cfg)
-        return load_dataset("json", data_files=files, cache_dir=str(Path(cfg.cache_dir) / "hf"))
-    raise ValueError(f"data.source={cfg.source!r} is not known; use 'demo'")
+        corpus = load_dataset("json", data_files=files, cache_dir=str(Path(cfg.cache_dir) / "hf"))
+    elif cfg.source == "hub":
+        corpus = _load_hub(cfg)
+    else:
+        corpus = DatasetDict({split: _load_local(cfg, split) for split in SPLITS})
+    for split, ds in corpus.items():
+        if len(ds) == 0:
+            raise ValueError(f"split {split!r} of data={cfg.name} has no pairs; check its source")
+    if cfg.train_subset is not None and cfg.train_subset < len(corpus["train"]):
+        train = corpus["train"]
+        if cfg.subset_strategy == "random":
+            train = train.shuffle(seed=cfg.seed)
+        corpus["train"] = train.select(range(cfg.train_subset))
+    return corpus
+
+
+def _load_hub(cfg: DataConfig) -> DatasetDict:
+    """``load_dataset(hf_path, hf_config)``, its ``translation`` column split into src and tgt."""
+    try:
+        raw = load_dataset(cfg.hf_path, cfg.hf_config, cache_dir=str(Path(cfg.cache_dir) / "hf"))
+    except Exception as err:  # noqa: BLE001 -- any failure to reach or read the hub is reported alike
+        raise RuntimeError(
+            f"could not load the data set {cfg.hf_path!r} (config {cfg.hf_config!r}) for data={cfg.name}: "
+            f"{type(err).__name__}: {err}\nIf this machine cannot reach the Hugging Face hub, use data=local "
+            "with your own files (data.files.train=[train.src,train.tgt] ...) or data=demo_es_en."
+        ) from err
+    corpus = DatasetDict()
+    for split, hub_split in cfg.hf_splits.items():
+        if hub_split not in raw:
+            raise ValueError(
+                f"{cfg.hf_path} ({cfg.hf_config}) has no split {hub_split!r} (data.hf_splits.{split}); "
+                f"it has {sorted(raw)}"
+            )
+        ds = raw[hub_split]
+        languages = _languages(ds)
+        if not {cfg.src_lang, cfg.tgt_lang} <= languages:
+            raise ValueError(
+                f"{cfg.hf_path} ({cfg.hf_config}) has languages {sorted(languages)}, "
+                f"not data.src_lang={cfg.src_lang} and data.tgt_lang={cfg.tgt_lang}"
+            )
+        corpus[split] = ds.map(
+            _split_translation,
+            batched=True,
+            remove_columns=ds.column_names,
+            num_proc=_procs(cfg, ds),
+            fn_kwargs={"src": cfg.src_lang, "tgt": cfg.tgt_lang},
+            desc=f"reading {split}",
+        )
+    return corpus
+
+
+def _languages(ds: Dataset) -> set[str]:
+    """Languages of a hub data set: WMT's {"translation": {lang: text}} or one column per language."""
+    if "translation" in ds.features:
+        feature = ds.features["translation"]
+        return set(getattr(feature, "languages", None) or feature.keys())
+    return set(ds.column_names)
+
+
+def _split_translation(batch: dict[str, list], src: str, tgt: str) -> dict[str, list]:
+    if "translation" in batch:
+        return {
+            "src": [t[src] for t in batch["translation"]],
+            "tgt": [t[tgt] for t in batch["translation"]],
+        }
+    return {"src": batch[src], "tgt": batch[tgt]}
+
+
+def _procs(cfg: DataConfig, ds) -> int | None:
+    return cfg.num_proc if cfg.num_proc > 1 and len(ds) >= 10_000 else None
+
+
+def _load_local(cfg: DataConfig, split: str) -> Dataset:
+    """One split from line-aligned files through ``Dataset.from_generator`` (streamed, Arrow-cached)."""
+    paths = [Path(p).expanduser() for p in cfg.files.get(split) or []]
+    if len(paths) not in (1, 2):
+        raise ValueError(
+            f"data.files.{split} must list a source and a target file, or one TSV file; got {cfg.files.get(split)}"
+        )
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"data.files.{split}: {path} does not exist")
+    # Size and modification time make the cache key change when a file does.
+    stamps = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in paths]
+    try:
+        return Dataset.from_generator(
+            _read_pairs,
+            gen_kwargs={
+                "stamps": json.dumps(stamps),
+                "split": split,
+            },  # a string: lists would be sharded
+            cache_dir=str(Path(cfg.cache_dir) / "hf"),
+            features=Features({"src": Value("string"), "tgt": Value("string")}),
+        )
+    except DatasetGenerationError as err:  # surface our own message, not the builder's wrapper
+        if isinstance(err.__cause__, ValueError):
+            raise err.__cause__ from None
+        raise
+    except ValueError as err:
+        if "corresponds to no data" in str(
+            err
+        ):  # datasets' words for a generator that yielded nothing
+            raise ValueError(
+                f"split {split!r} of data={cfg.name} has no pairs: {[str(p) for p in paths]} "
+                "are empty"
+            ) from None
+        raise
+
+
+def _open_text(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def _decode(line: bytes, path: str, number: int) -> str:
+    try:
+        return line.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{path}, line {number}: not valid UTF-8 ({err.reason} at byte {err.start}); "
+            "convert the file, e.g. iconv -f latin1 -t utf-8"
+        ) from None
+
+
+def _read_pairs(stamps: str, split: str):
+    """Yield {"src", "tgt"} from two aligned files or one TSV, checking alignment as it goes."""
+    paths = [Path(s[0]) for s in json.loads(stamps)]
+    if len(paths) == 1:
+        with _open_text(paths[0]) as f:
+            for number, line in enumerate(f, 1):
+                fields = _decode(line, str(paths[0]), number).split("\t")
+                if len(fields) < 2:
+                    raise ValueError(
+                        f"{paths[0]}, line {number}: expected source<TAB>target, found no tab"
+                    )
+                yield {"src": fields[0], "tgt": fields[1]}
+        return
+    with _open_text(paths[0]) as fs, _open_text(paths[1]) as ft:
+        number = 0
+        for number, (s, t) in enumerate(itertools.zip_longest(fs, ft), 1):
+            if s is None or t is None:
+                shorter, longer = (paths[0], paths[1]) if s is None else (paths[1], paths[0])
+                raise ValueError(
+                    f"data.files.{split}: {shorter} ends at line {number - 1} but {longer} goes on "
+                    f"(line {number}); source and target files must have the same number of lines"
+                )
+            yield {
+                "src": _decode(s, str(paths[0]), number),
+                "tgt": _decode(t, str(paths[1]), number),
+            }
 
 
 def train_tokenizer(corpus: DatasetDict, cfg: DataConfig) -> Tokenizer:
@@ -84,18 +237,23 @@ def _encode_batch(batch: dict[str, list], indices: list[int], model_path: str) -
     return out
 
 
-def _fits(batch: dict[str, list], limit: int) -> list[bool]:
+def _short_enough(batch: dict[str, list], limit: int) -> list[bool]:
     return [max(s, t) <= limit for s, t in zip(batch["src_len"], batch["tgt_len"])]
 
 
-def tokenize(
-    corpus: DatasetDict, tokenizer: Tokenizer, cfg: DataConfig, num_proc: int | None = None
-) -> DatasetDict:
-    """Add ``src_ids``/``tgt_ids`` (EOS-terminated) and lengths; drop and count over-long pairs.
+def _both_sides(batch: dict[str, list]) -> list[bool]:
+    return [
+        min(s, t) > 1 for s, t in zip(batch["src_len"], batch["tgt_len"])
+    ]  # more than EOS alone
 
-    Pairs longer than ``cfg.max_len`` pieces on either side are never cut: they are dropped
-    from the training split and reported; valid and test keep every pair (the decoder handles
-    any length the positions allow) so that scores are always on the whole split.
+
+def tokenize(corpus: DatasetDict, tokenizer: Tokenizer, cfg: DataConfig) -> DatasetDict:
+    """Add ``src_ids``/``tgt_ids`` (EOS-terminated) and lengths; drop and count unusable training pairs.
+
+    Training pairs longer than ``cfg.max_len`` pieces on either side are never cut: they are
+    dropped and counted, as are pairs with an empty side. Valid and test keep every pair, so
+    that scores are always on the whole split. Token ids stay in the Arrow cache: a second run
+    with the same tokenizer does not tokenize again.
     """
     out = DatasetDict()
     for split, ds in corpus.items():
@@ -104,22 +262,29 @@ def tokenize(
             batched=True,
             with_indices=True,
             fn_kwargs={"model_path": str(tokenizer.path)},
-            num_proc=num_proc,
+            num_proc=_procs(cfg, ds),
             desc=f"tokenizing {split}",
         )
-        read = len(ds)
+        read, reasons = len(ds), []
         if split == "train":
-            ds = ds.filter(
-                _fits, batched=True, fn_kwargs={"limit": cfg.max_len + 1}, desc=f"filtering {split}"
-            )
-        dropped = read - len(ds)
+            for why, keep, kwargs in (
+                (
+                    f"longer than data.max_len={cfg.max_len} pieces",
+                    _short_enough,
+                    {"limit": cfg.max_len + 1},
+                ),
+                ("with an empty side", _both_sides, {}),
+            ):
+                before = len(ds)
+                ds = ds.filter(keep, batched=True, fn_kwargs=kwargs, desc=f"filtering {split}")
+                reasons.append(f"{before - len(ds)} {why}")
         log.info(
-            "%s: %d pairs read, %d kept, %d dropped (longer than data.max_len=%d pieces)",
+            "%s: %d pairs read, %d kept, %d dropped%s",
             split,
             read,
             len(ds),
-            dropped,
-            cfg.max_len,
+            read - len(ds),
+            f" ({', '.join(reasons)})" if reasons else "",
         )
         if len(ds) == 0:
             raise ValueError(

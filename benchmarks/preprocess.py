@@ -1,0 +1,121 @@
+"""Preprocessing at scale: 1M pairs read, SentencePiece trained, tokenized with 1 and 2 processes, and again from the caches.
+
+    python benchmarks/preprocess.py [--pairs 1000000] [--vocab 8000] [--workdir /tmp/tmt_preprocess]
+
+The corpus is built by repeating the Anki Spanish-English pairs of ../shared/data (written to
+--workdir, never into the project) and read through the same ``data=local`` code path as training:
+``Dataset.from_generator`` (streamed into Arrow), a seeded sample for SentencePiece, and
+``Dataset.map(batched=True, num_proc=N)``. Tokenization runs once per process count, each into a
+fresh cache so neither reuses the other; then the whole pipeline runs again on the first cache,
+which must be reused. Peak RSS is that of this process and of its worker processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import resource
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from transformer_mt.config import DataConfig
+from transformer_mt.data.dataset import load_corpus, tokenize, train_tokenizer
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "anki_spa_eng"
+
+
+def build_corpus(workdir: Path, pairs: int) -> tuple[Path, Path]:
+    src, tgt = workdir / "corpus.es", workdir / "corpus.en"
+    if not src.exists():
+        with gzip.open(SHARED / "spa-eng.es.gz", "rt") as f:
+            es = f.read().splitlines()
+        with gzip.open(SHARED / "spa-eng.en.gz", "rt") as f:
+            en = f.read().splitlines()
+        with open(src, "w") as fs, open(tgt, "w") as ft:
+            for (s, t), _ in zip(itertools.cycle(zip(es, en)), range(pairs)):
+                fs.write(s + "\n")
+                ft.write(t + "\n")
+    return src, tgt
+
+
+def peak_rss_gib() -> tuple[float, float]:
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+    return own, children
+
+
+def timed(label: str, fn):
+    start = time.perf_counter()
+    out = fn()
+    seconds = time.perf_counter() - start
+    print(f"  {label:<44} {seconds:8.1f} s")
+    return out, seconds
+
+
+def pipeline(cfg: DataConfig, label: str) -> float:
+    """Read, train (or reuse) SentencePiece, tokenize; returns the tokenization seconds."""
+    print(f"{label}:")
+    corpus, _ = timed("read (from_generator into Arrow)", lambda: load_corpus(cfg))
+    tokenizer, _ = timed(
+        "SentencePiece (seeded sample, train or reuse)", lambda: train_tokenizer(corpus, cfg)
+    )
+    _, seconds = timed(
+        f"tokenize, num_proc={cfg.num_proc}", lambda: tokenize(corpus, tokenizer, cfg)
+    )
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pairs", type=int, default=1_000_000)
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--input-sentence-size", type=int, default=2_000_000)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/tmt_preprocess"))
+    args = parser.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    src, tgt = build_corpus(args.workdir, args.pairs)
+    for cache in ("cache1", "cache2"):
+        shutil.rmtree(args.workdir / cache, ignore_errors=True)
+    dev = [
+        str(SHARED.parent / "wmt13_newstest2013_esen" / f"newstest2013.{lang}")
+        for lang in ("es", "en")
+    ]
+    files = {"train": [str(src), str(tgt)], "valid": dev, "test": dev}
+    base = DataConfig(
+        name="bench",
+        source="local",
+        src_lang="es",
+        tgt_lang="en",
+        files=files,
+        vocab_size=args.vocab,
+        input_sentence_size=args.input_sentence_size,
+        cache_dir=str(args.workdir / "cache1"),
+    )
+    print(
+        f"{args.pairs:,} ES-EN pairs (Anki pairs repeated), vocab {args.vocab}, "
+        f"SentencePiece sample {args.input_sentence_size:,} sentences"
+    )
+    one = pipeline(replace(base, num_proc=1), "first run, 1 process")
+    two = pipeline(
+        replace(base, num_proc=2, cache_dir=str(args.workdir / "cache2")), "first run, 2 processes"
+    )
+    start = time.perf_counter()
+    pipeline(replace(base, num_proc=1), "second run, same settings (caches)")
+    again = time.perf_counter() - start
+    splits = args.pairs + 2 * 3000  # train, and newstest2013 as valid and test
+    own, children = peak_rss_gib()
+    print(
+        f"tokenization: {splits / one:,.0f} pairs/s with 1 process, {splits / two:,.0f} pairs/s with 2 "
+        f"({one / two:.2f}x)"
+    )
+    print(f"second run, whole pipeline: {again:.1f} s")
+    print(f"peak RSS: {own:.2f} GiB (this process), {children:.2f} GiB (largest worker)")
+
+
+if __name__ == "__main__":
+    main()
