@@ -78,7 +78,7 @@ class TranslationModule(L.LightningModule):
             self.log("train/tok_s", n_tokens / (now - self._tick), prog_bar=True, on_step=True)
         self._tick = now
         self.log("train/loss", loss / n_tokens, prog_bar=True, on_step=True)
-        self.log("train/ppl", math.exp(min(nll.item() / n_tokens, 50.0)), on_step=True)
+        self.log("train/ppl", (nll.detach() / n_tokens).clamp(max=50.0).exp(), on_step=True)
         self.log("train/lr", self.lr_schedulers().get_last_lr()[0], on_step=True)
         # Per-token mean, so the gradient scale does not depend on how full the batch is.
         return loss / n_tokens
@@ -102,7 +102,7 @@ class TranslationModule(L.LightningModule):
             on_epoch=True,
             prog_bar=split == "val",
         )
-        self._nll[split][0] += nll.item()
+        self._nll[split][0] += float(nll)
         self._nll[split][1] += n_tokens
         rows = torch.arange(batch.index.numel(), device=batch.index.device)
         if split == "val":  # validation BLEU on a fixed sample: the first valid_max_sentences rows

@@ -24,10 +24,7 @@ class Batch:
     tgt_in: Tensor  # (B, T)
     tgt_out: Tensor  # (B, T)
     index: Tensor  # (B,) row numbers in the split, to put outputs back in order
-
-    @property
-    def n_tgt_tokens(self) -> int:
-        return int((self.tgt_out != PAD_ID).sum())
+    n_tgt_tokens: int  # real target tokens (EOS included), counted on the CPU: no device sync per step
 
 
 def pad(seqs: Sequence[Sequence[int]], value: int = PAD_ID) -> Tensor:
@@ -42,6 +39,7 @@ def collate(rows: list[dict]) -> Batch:
     """Rows with ``src_ids``/``tgt_ids`` (EOS-terminated) and ``index`` -> ``Batch``."""
     tgt = [row["tgt_ids"] for row in rows]
     return Batch(
+        n_tgt_tokens=sum(len(t) for t in tgt),
         src=pad([row["src_ids"] for row in rows]),
         tgt_in=pad([[BOS_ID] + t[:-1] for t in tgt]),
         tgt_out=pad(tgt),
