@@ -38,16 +38,21 @@ def epoch_minutes(run: Path) -> dict[int, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("run", type=Path)
-    parser.add_argument("--points", type=int, default=6, help="checkpoints to score, spread over the run")
+    parser.add_argument(
+        "--points", type=int, default=6, help="checkpoints to score, spread over the run"
+    )
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6)
     args = parser.parse_args()
 
     minutes = epoch_minutes(args.run)
     ckpts = sorted(
-        (int(m.group(1)), p) for p in (args.run / "checkpoints").glob("epoch=*-step=*.ckpt")
+        (int(m.group(1)), p)
+        for p in (args.run / "checkpoints").glob("epoch=*-step=*.ckpt")
         if (m := re.match(r"epoch=(\d+)-", p.name))
     )
     if not ckpts:
@@ -56,11 +61,15 @@ def main() -> None:
     chosen = ckpts[step - 1 :: step][-args.points :]
     if chosen[-1] != ckpts[-1]:
         chosen[-1] = ckpts[-1]
-    data = DataConfig(**OmegaConf.to_container(OmegaConf.load(args.run / "config.yaml").data, resolve=True))
+    data = DataConfig(
+        **OmegaConf.to_container(OmegaConf.load(args.run / "config.yaml").data, resolve=True)
+    )
     test = load_corpus(data)["test"]
     decode = DecodeConfig(beam_size=args.beam, length_penalty=args.alpha, batch_size=64)
     points = []
-    print(f"{data.name} test ({len(test)} sentences), beam {args.beam}, α {args.alpha}, SacreBLEU 13a")
+    print(
+        f"{data.name} test ({len(test)} sentences), beam {args.beam}, α {args.alpha}, SacreBLEU 13a"
+    )
     print(f"{'epoch':>5} {'minutes':>8} {'BLEU':>6}")
     for epoch, path in chosen:
         model, tokenizer, _ = load_model(path)

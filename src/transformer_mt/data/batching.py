@@ -24,7 +24,9 @@ class Batch:
     tgt_in: Tensor  # (B, T)
     tgt_out: Tensor  # (B, T)
     index: Tensor  # (B,) row numbers in the split, to put outputs back in order
-    n_tgt_tokens: int  # real target tokens (EOS included), counted on the CPU: no device sync per step
+    n_tgt_tokens: (
+        int  # real target tokens (EOS included), counted on the CPU: no device sync per step
+    )
 
 
 def pad(seqs: Sequence[Sequence[int]], value: int = PAD_ID) -> Tensor:

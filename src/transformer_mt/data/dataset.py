@@ -17,6 +17,7 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict, Features, Value, load_dataset
 from datasets.exceptions import DatasetGenerationError
+from tqdm.auto import tqdm
 
 from transformer_mt.config import DataConfig
 from transformer_mt.data import demo_corpus
@@ -211,13 +212,19 @@ def _read_pairs(stamps: str, split: str):
 def train_tokenizer(corpus: DatasetDict, cfg: DataConfig) -> Tokenizer:
     """Joint BPE on both sides of the training split, cached by the split's fingerprint."""
     train = corpus["train"]
-    sentences = (
-        s for batch in train.iter(batch_size=10_000) for side in ("src", "tgt") for s in batch[side]
+    batches = tqdm(
+        train.iter(batch_size=10_000),
+        total=-(-len(train) // 10_000),
+        unit="batch",
+        desc="sampling sentences for SentencePiece",
+        leave=False,
     )
+    sentences = (s for batch in batches for side in ("src", "tgt") for s in batch[side])
     return Tokenizer.train(
         sentences,
         cfg.vocab_size,
         Path(cfg.cache_dir) / "spm",
+        input_sentence_size=cfg.input_sentence_size,
         seed=cfg.seed,
         fingerprint=train._fingerprint,
     )
