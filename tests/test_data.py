@@ -153,3 +153,15 @@ def test_sentencepiece_sample_is_bounded_seeded_and_uniformish() -> None:
     assert a == sorted(a, key=lambda s: int(s[1:]))  # kept in corpus order
     assert 3_000 < sum(int(s[1:]) for s in a) / 500 < 7_000  # drawn from the whole corpus, not its head
     assert _reservoir(iter(items[:10]), 500, seed=1) == items[:10]
+
+
+def test_lightning_reaches_set_epoch_through_the_loader() -> None:
+    from lightning.fabric.utilities.data import _set_sampler_epoch
+    from torch.utils.data import DataLoader
+
+    src, tgt = _lengths(500)
+    sampler = TokenBatchSampler(src, tgt, 300, seed=1)
+    loader = DataLoader(list(range(500)), batch_sampler=sampler, collate_fn=lambda rows: rows)
+    first = [list(b) for b in loader]
+    _set_sampler_epoch(loader, 1)  # what Lightning's fit loop does at the start of every epoch
+    assert sampler.epoch == 1 and [list(b) for b in loader] != first

@@ -81,6 +81,9 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
         self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
         self._cached: tuple[int, list[list[int]]] | None = None
+        # Lightning calls set_epoch on ``loader.sampler`` and ``loader.batch_sampler.sampler``,
+        # not on the batch sampler itself: without this, every epoch would replay epoch 0's order.
+        self.sampler = self
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
