@@ -130,10 +130,6 @@ class Transformer(nn.Module):
         if cfg.tie_embeddings:
             self.generator.weight = src_tokens.weight
 
-    @classmethod
-    def from_config(cls, cfg: TransformerConfig) -> Transformer:
-        return cls(cfg)
-
     def reset_parameters(self) -> None:
         """Xavier-uniform matrices, zero biases, N(0, d^-0.5) embeddings with a zero pad row.
 
