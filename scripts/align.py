@@ -14,10 +14,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from transformer_mt.alignment import layer_aer
 from transformer_mt.checkpoint import load_model
 from transformer_mt.config import DataConfig
 from transformer_mt.data.dataset import demo_files
-from transformer_mt.viz.alignment import layer_aer
 
 
 def main() -> None:

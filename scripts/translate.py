@@ -15,10 +15,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from transformer_mt.alignment import format_pharaoh, hard_alignment
 from transformer_mt.checkpoint import load_model
 from transformer_mt.config import DecodeConfig
 from transformer_mt.decoding import translate
-from transformer_mt.viz.alignment import hard_alignment, word_attention
+from transformer_mt.viz.alignment import word_attention
 
 
 def read_lines(path: Path | None) -> list[str]:
@@ -85,8 +86,7 @@ def main() -> None:
                 words, _, _ = word_attention(
                     model, tokenizer, src_ids, option.tokens
                 )  # (L, H, W_tgt, W_src)
-                links = sorted(hard_alignment(words[-1].mean(dim=0)[:-1, :-1]))
-                text += " ||| " + " ".join(f"{i}-{j}" for i, j in links)
+                text += " ||| " + format_pharaoh(hard_alignment(words[-1].mean(dim=0)[:-1, :-1]))
             print(f"{number} ||| {text} ||| {option.score:.4f}" if args.n_best > 1 else text)
 
 

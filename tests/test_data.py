@@ -148,10 +148,16 @@ def test_sentencepiece_sample_is_bounded_seeded_and_uniformish() -> None:
     from transformer_mt.data.tokenizer import _reservoir
 
     items = [f"s{i}" for i in range(10_000)]
-    a, b, c = _reservoir(iter(items), 500, seed=1), _reservoir(iter(items), 500, seed=1), _reservoir(iter(items), 500, 2)
+    a, b, c = (
+        _reservoir(iter(items), 500, seed=1),
+        _reservoir(iter(items), 500, seed=1),
+        _reservoir(iter(items), 500, 2),
+    )
     assert len(a) == 500 and a == b != c
     assert a == sorted(a, key=lambda s: int(s[1:]))  # kept in corpus order
-    assert 3_000 < sum(int(s[1:]) for s in a) / 500 < 7_000  # drawn from the whole corpus, not its head
+    assert (
+        3_000 < sum(int(s[1:]) for s in a) / 500 < 7_000
+    )  # drawn from the whole corpus, not its head
     assert _reservoir(iter(items[:10]), 500, seed=1) == items[:10]
 
 

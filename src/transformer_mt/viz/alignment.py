@@ -108,33 +108,6 @@ def plot_alignment(
     return fig
 
 
-def hard_alignment(weights: Tensor) -> set[tuple[int, int]]:
-    """One link per target word: its most attended source word.
-
-    Args:
-        weights: (W_tgt, W_src) word-level attention.
-
-    Returns:
-        Links (source i, target j), the Pharaoh ``i-j`` convention.
-    """
-    return {(int(i), j) for j, i in enumerate(weights.argmax(dim=-1).tolist())}
-
-
-def alignment_error_rate(
-    predicted: set[tuple[int, int]],
-    sure: set[tuple[int, int]],
-    possible: set[tuple[int, int]] | None = None,
-) -> float:
-    """AER = 1 - (|A∩S| + |A∩P|) / (|A| + |S|) (Och & Ney 2003), with P ⊇ S.
-
-    Sets may hold links of many sentences at once, e.g. as (sentence, i, j) triples.
-    """
-    possible = (possible or set()) | sure
-    if not predicted and not sure:
-        return 0.0
-    return 1.0 - (len(predicted & sure) + len(predicted & possible)) / (len(predicted) + len(sure))
-
-
 def word_attention(
     model: Transformer, tokenizer, src_ids: list[int], tgt_ids: list[int]
 ) -> tuple[Tensor, list[str], list[str]]:
@@ -153,32 +126,3 @@ def word_attention(
     src_groups, tgt_groups = word_groups(src_pieces), word_groups(tgt_pieces)
     words = to_words(weights, tgt_groups, src_groups)  # (L, H, W_tgt, W_src)
     return words, words_of(src_pieces, src_groups), words_of(tgt_pieces, tgt_groups)
-
-
-def layer_aer(
-    model: Transformer, tokenizer, pairs: list[tuple[str, str, str]], shift: bool = False
-) -> list[float]:
-    """AER of each decoder layer's head-averaged cross-attention against gold alignments.
-
-    Each target word is linked to its most attended source word (EOS row and column left
-    out). With ``shift``, a target word's row is the one where it is the decoder's *input*
-    (Chen et al. 2020), i.e. the next row.
-
-    Args:
-        pairs: (source text, target text, gold Pharaoh links "i-j ...") with sure links only.
-
-    Returns:
-        AER per layer, first layer first.
-    """
-    predicted: list[set] = [set() for _ in model.decoder.layers]
-    gold: set = set()
-    for n, (src, tgt, links) in enumerate(pairs):
-        src_ids, tgt_ids = tokenizer.encode([src, tgt])
-        words, src_words, _ = word_attention(
-            model, tokenizer, src_ids, tgt_ids
-        )  # (L, H, W_tgt, W_src)
-        words = words.mean(dim=1)[:, 1:, :-1] if shift else words.mean(dim=1)[:, :-1, :-1]
-        for layer, w in enumerate(words):
-            predicted[layer] |= {(n, i, j) for i, j in hard_alignment(w)}
-        gold |= {(n, *map(int, link.split("-"))) for link in links.split()}
-    return [alignment_error_rate(p, gold) for p in predicted]
