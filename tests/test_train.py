@@ -105,7 +105,7 @@ def test_run_writes_a_complete_run_directory(small_run) -> None:
         "d_model: 32" in (out / "config.yaml").read_text()
     )  # the resolved config beside the outputs
     assert (out / saved["alignment"]["png"]).stat().st_size > 10_000
-    assert (out / "training_curves.png").exists()
+    assert (out / "training_curves.png").exists() and (out / "alignment_heads.png").exists()
     assert saved["alignment"]["source"] == "el gato negro duerme en casa"
 
 

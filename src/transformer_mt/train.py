@@ -29,7 +29,7 @@ from transformer_mt.decoding import greedy_decode
 from transformer_mt.lit_module import TranslationModule
 from transformer_mt.metrics import corpus_bleu, corpus_chrf
 from transformer_mt.model import Transformer
-from transformer_mt.viz.alignment import plot_alignment, word_attention
+from transformer_mt.viz.alignment import plot_alignment, plot_heads, word_attention
 from transformer_mt.viz.curves import plot_curves, read_metrics
 
 log = logging.getLogger(__name__)
@@ -141,6 +141,7 @@ def _draw_alignment(model: Transformer, tokenizer: Tokenizer, cfg: AlignConfig, 
     )
     path = out / f"alignment_layer{layer + 1}.png"
     fig.savefig(path, dpi=150)
+    plot_heads(weights, src_words, tgt_words).savefig(out / "alignment_heads.png", dpi=110)
     log.info("alignment heatmap: %s", path)
     best = words.argmax(dim=-1).tolist()
     return {

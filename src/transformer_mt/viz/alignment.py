@@ -126,3 +126,36 @@ def word_attention(
     src_groups, tgt_groups = word_groups(src_pieces), word_groups(tgt_pieces)
     words = to_words(weights, tgt_groups, src_groups)  # (L, H, W_tgt, W_src)
     return words, words_of(src_pieces, src_groups), words_of(tgt_pieces, tgt_groups)
+
+
+def plot_heads(weights: Tensor, src_words: list[str], tgt_words: list[str]) -> Figure:
+    """Every head of every layer: a grid of heatmaps, rows layers, columns heads.
+
+    Args:
+        weights: (L, H, W_tgt, W_src) word-level attention.
+    """
+    w = weights.detach().float().cpu().numpy()
+    L, H = w.shape[:2]
+    if w.shape[2:] != (len(tgt_words), len(src_words)):
+        raise ValueError(
+            f"weights of shape {w.shape[2:]} do not match {len(tgt_words)} target x {len(src_words)} source words"
+        )
+    cell = max(1.6, 0.22 * max(w.shape[2:]) + 0.8)
+    fig, axes = plt.subplots(L, H, figsize=(cell * H + 1.2, cell * L + 0.8), squeeze=False)
+    for layer in range(L):
+        for head in range(H):
+            ax = axes[layer, head]
+            image = ax.imshow(w[layer, head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+            ax.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=8)
+            ax.set_xticks(
+                range(len(src_words)),
+                src_words if layer == 0 else [],
+                rotation=60,
+                ha="left",
+                rotation_mode="anchor",
+                fontsize=6,
+            )
+            ax.set_yticks(range(len(tgt_words)), tgt_words if head == 0 else [], fontsize=6)
+            ax.xaxis.tick_top()
+    fig.colorbar(image, ax=axes, fraction=0.02, pad=0.01, label="attention weight")
+    return fig
