@@ -19,10 +19,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
 
-from transformer_mt.checkpoint import load_model  # noqa: E402
-from transformer_mt.config import DataConfig, DecodeConfig  # noqa: E402
+from transformer_mt.checkpoint import load_model, run_data_config  # noqa: E402
+from transformer_mt.config import DecodeConfig  # noqa: E402
 from transformer_mt.data.dataset import load_corpus  # noqa: E402
 from transformer_mt.decoding import translate  # noqa: E402
 from transformer_mt.metrics import corpus_bleu  # noqa: E402
@@ -61,9 +60,7 @@ def main() -> None:
     chosen = ckpts[step - 1 :: step][-args.points :]
     if chosen[-1] != ckpts[-1]:
         chosen[-1] = ckpts[-1]
-    data = DataConfig(
-        **OmegaConf.to_container(OmegaConf.load(args.run / "config.yaml").data, resolve=True)
-    )
+    data = run_data_config(args.run)
     test = load_corpus(data)["test"]
     decode = DecodeConfig(beam_size=args.beam, length_penalty=args.alpha, batch_size=64)
     points = []

@@ -12,11 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from transformer_mt.alignment import layer_aer
-from transformer_mt.checkpoint import load_model
-from transformer_mt.config import DataConfig
+from transformer_mt.checkpoint import load_model, run_data_config
 from transformer_mt.data.dataset import demo_files
 
 
@@ -29,13 +26,13 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=500, help="pairs to align")
     args = parser.parse_args()
 
-    data = OmegaConf.load(args.run_dir / "config.yaml").data
+    data = run_data_config(args.run_dir)
     if data.source != "demo":
         raise SystemExit(
             f"{args.run_dir} was trained on data={data.name}; gold alignments exist for the demo only"
         )
     model, tokenizer, _ = load_model(args.run_dir)
-    path = demo_files(DataConfig(**OmegaConf.to_container(data)))[args.split]
+    path = demo_files(data)[args.split]
     with open(path, encoding="utf-8") as f:
         rows = [json.loads(line) for _, line in zip(range(args.limit), f)]
     pairs = [(r["src"], r["tgt"], r["alignment"]) for r in rows]

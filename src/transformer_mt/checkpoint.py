@@ -10,10 +10,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
-from transformer_mt.config import TransformerConfig
+from transformer_mt.config import DataConfig, TransformerConfig
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.model import Transformer
+
+
+def run_data_config(run_dir: str | Path) -> DataConfig:
+    """The data config a run was trained with, from its resolved ``config.yaml``."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{run_dir} has no config.yaml; pass run_dir= a directory written by scripts/train.py"
+        )
+    return DataConfig(**OmegaConf.to_container(OmegaConf.load(path).data, resolve=True))
 
 
 def resolve_checkpoint(path: str | Path) -> Path:

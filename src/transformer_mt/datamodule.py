@@ -24,9 +24,7 @@ class TranslationDataModule(L.LightningDataModule):
 
     def prepare_data(self) -> None:
         """Generate or load the corpus, train SentencePiece and tokenize: all cached for later runs."""
-        if (
-            self.splits is not None
-        ):  # already built in this process (run() prepares before Lightning does)
+        if self.splits is not None:  # already built in this process by setup()
             return
         corpus = load_corpus(self.cfg)
         tokenize(corpus, train_tokenizer(corpus, self.cfg), self.cfg)
@@ -51,8 +49,6 @@ class TranslationDataModule(L.LightningDataModule):
             num_replicas=trainer.world_size if trainer else 1,
             rank=trainer.global_rank if trainer else 0,
         )
-        if trainer is not None and shuffle:
-            sampler.set_epoch(trainer.current_epoch)
         return DataLoader(
             ds.with_format(columns=["src_ids", "tgt_ids", "index"]),
             batch_sampler=sampler,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_mt.checkpoint import load_model
-from transformer_mt.config import DataConfig, DecodeConfig, check_keys
+from transformer_mt.checkpoint import load_model, run_data_config
+from transformer_mt.config import DecodeConfig, check_keys
 from transformer_mt.data.dataset import load_corpus
 from transformer_mt.decoding import translate
 from transformer_mt.metrics import compound_split_bleu, corpus_bleu, corpus_chrf
@@ -24,13 +24,7 @@ def evaluate(cfg: DictConfig) -> dict:
     """
     check_keys(cfg)
     run_dir, out = Path(cfg.run_dir), Path(cfg.output_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise FileNotFoundError(
-            f"{run_dir} has no config.yaml; pass run_dir= a directory written by scripts/train.py"
-        )
-    data_cfg = DataConfig(
-        **OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml").data, resolve=True)
-    )
+    data_cfg = run_data_config(run_dir)
     model, tokenizer, sources = load_model(
         cfg.ckpt.path or run_dir, average_last=cfg.ckpt.average_last
     )

@@ -50,8 +50,9 @@ def run(cfg: DictConfig) -> dict:
 
     data_cfg: DataConfig = OmegaConf.to_object(cfg.data)
     datamodule = TranslationDataModule(data_cfg, seed=cfg.seed)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
+    datamodule.setup(
+        "fit"
+    )  # builds (or loads from cache) everything; Lightning's own calls then return
     tokenizer = datamodule.tokenizer
     shutil.copyfile(tokenizer.path, out / "tokenizer.model")  # the run directory is self-contained
 
