@@ -13,13 +13,18 @@ from transformer_mt.alignment import (
     format_pharaoh,
     hard_alignment,
     precision_recall,
+    read_gold,
     read_pharaoh,
     row_entropy,
+    score_layers,
+    symmetrize,
+    with_temperature,
 )
 
 from .conftest import ROOT
 
 GOLD = ROOT.parent / "shared" / "data" / "word_alignment_gold_enfr_roen"
+DEEN = ROOT.parent / "shared" / "data" / "word_alignment_gold_deen_bicici"
 
 
 def test_aer_all_correct_all_wrong_and_possible_links() -> None:
@@ -83,3 +88,84 @@ def test_the_hansards_gold_set_reads_as_documented() -> None:
         assert all(0 <= i < len(e.split()) and 0 <= j < len(f.split()) for i, j in p)
         sure, possible = sure + len(s), possible + len(p - s)
     assert (len(lines), sure, possible) == (447, 4038, 13400)  # the folder's README
+
+
+def test_intersection_keeps_links_that_are_both_row_and_column_maxima() -> None:
+    weights = torch.tensor(
+        [[0.8, 0.1, 0.1], [0.6, 0.3, 0.1], [0.1, 0.2, 0.7]]
+    )  # target word 1 points at source 0, which prefers target 0
+    assert hard_alignment(weights, "argmax") == {(0, 0), (0, 1), (2, 2)}
+    assert hard_alignment(weights, "intersect") == {(0, 0), (2, 2)}
+    with pytest.raises(ValueError, match="unknown alignment method 'max'"):
+        hard_alignment(weights, "max")
+
+
+def test_symmetrize_grow_diag_final_and_by_hand() -> None:
+    forward = {(0, 0), (1, 1), (2, 1)}
+    backward = {(0, 0), (1, 1), (3, 3)}
+    assert symmetrize(forward, backward, "intersect") == {(0, 0), (1, 1)}
+    assert symmetrize(forward, backward, "union") == forward | backward
+    # (2, 1) is next to (1, 1) and source word 2 is unaligned: grown. (3, 3) touches no link,
+    # but both its words are unaligned: added by final-and.
+    assert symmetrize(forward, backward) == {(0, 0), (1, 1), (2, 1), (3, 3)}
+    # A union link whose two words are already aligned is not added.
+    assert symmetrize({(0, 0), (1, 1)}, {(0, 0), (1, 1), (0, 1)}) == {(0, 0), (1, 1)}
+
+
+def test_temperature_reproduces_the_worked_example() -> None:
+    weights = torch.tensor([1.0, 0.5, -1.0]).softmax(-1)  # PAPER.md example 3
+    hot, cold = with_temperature(weights, 10.0), with_temperature(weights, 0.1)
+    assert hot.tolist() == pytest.approx([0.361, 0.343, 0.296], abs=1e-3)
+    assert row_entropy(hot).item() == pytest.approx(1.095, abs=1e-3)
+    assert cold.tolist() == pytest.approx([0.993, 0.007, 0.000], abs=1e-3)
+    assert row_entropy(cold).item() == pytest.approx(0.04, abs=5e-3)
+    torch.testing.assert_close(with_temperature(weights, 1.0), weights)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        with_temperature(weights, 0.0)
+
+
+def test_read_gold_naacl_pharaoh_and_reverse(tmp_path) -> None:
+    naacl = tmp_path / "g.naacl"
+    naacl.write_text("1 1 2 S\n1 2 1 P\n3 1 1\n")
+    gold = read_gold(naacl, one_indexed=True)
+    assert gold == [({(0, 1)}, {(0, 1), (1, 0)}), (set(), set()), ({(0, 0)}, {(0, 0)})]
+    pharaoh = tmp_path / "g.wa"
+    pharaoh.write_text("0-1 2p3\n\n")
+    assert read_gold(pharaoh, reverse=True) == [({(1, 0)}, {(1, 0), (3, 2)}), (set(), set())]
+    pharaoh.write_text("0-1\n0:1\n")
+    with pytest.raises(ValueError, match=r"g.wa:2: '0:1' is not a link"):
+        read_gold(pharaoh)
+
+
+@pytest.mark.skipif(not DEEN.is_dir(), reason=f"{DEEN} is absent (the shared gold alignments)")
+def test_the_two_deen_gold_files_agree() -> None:
+    """de-en.ref.wa (NAACL, 1-based sentences) and de-en.wa (Pharaoh) hold the same links."""
+    naacl = read_gold(DEEN / "de-en.ref.wa")
+    pharaoh = read_gold(DEEN / "de-en.wa")
+    assert len(naacl) == len(pharaoh) == 100 and naacl == pharaoh
+    assert sum(len(s) for s, _ in naacl) == 1233
+
+
+def _fixed_attention() -> list[torch.Tensor]:
+    """Two pairs of hand-made word attention (L=2, H=1, W_tgt + 1, W_src + 1), EOS last."""
+    diag = torch.tensor([[0.9, 0.05, 0.05], [0.05, 0.9, 0.05], [0.1, 0.1, 0.8]])
+    cross = torch.tensor([[0.05, 0.9, 0.05], [0.9, 0.05, 0.05], [0.1, 0.1, 0.8]])
+    uniform = torch.full((3, 3), 1 / 3)
+    return [torch.stack([uniform, diag])[:, None], torch.stack([uniform, cross])[:, None]]
+
+
+def test_score_layers_against_hand_made_gold() -> None:
+    gold = [({(0, 0), (1, 1)}, {(0, 0), (1, 1)}), ({(1, 0), (0, 1)}, {(1, 0), (0, 1)})]
+    first, second = score_layers(_fixed_attention(), gold)
+    assert second.aer == 0.0 and second.links == [{(0, 0), (1, 1)}, {(1, 0), (0, 1)}]
+    assert first.aer == pytest.approx(0.5)  # uniform rows: argmax is word 0 for every target word
+    assert first.entropy == pytest.approx(math.log(3)) and first.uniform == pytest.approx(
+        math.log(3)
+    )
+    assert second.entropy < first.entropy and second.entropy_by_tau[0.5] < second.entropy
+    # Shifted rows: target word j read from row j + 1, so the diagonal turns into an off-by-one.
+    shifted = score_layers(_fixed_attention(), gold, shift=True)[1]
+    assert shifted.links[0] == {(1, 0), (0, 1)} and shifted.aer == pytest.approx(0.75)
+    assert first.uncovered == 0.0 and second.uncovered == 0.0
+    with pytest.raises(ValueError, match="1 gold lines for 2 sentence pairs"):
+        score_layers(_fixed_attention(), gold[:1])

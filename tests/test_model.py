@@ -128,3 +128,46 @@ def test_too_long_input_is_a_clear_error(tiny_cfg: TransformerConfig) -> None:
 def test_bad_model_config_is_a_clear_error(field: str, value: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         TransformerConfig(**{field: value})
+
+
+def test_attention_capture_leaves_the_output_unchanged_and_shapes_every_map(
+    tiny_cfg: TransformerConfig,
+) -> None:
+    model = Transformer(tiny_cfg).eval()
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])  # the second source is padded
+    tgt_in = torch.tensor([[2, 10, 11], [2, 12, 0]])
+    logits, maps = model.attention_maps(src, tgt_in)
+    torch.testing.assert_close(logits, model(src, tgt_in))  # capture changes nothing
+    L, H = tiny_cfg.n_layers, tiny_cfg.n_heads
+    assert maps.stacked("encoder").shape == (L, 2, H, 4, 4)
+    assert maps.stacked("decoder").shape == (L, 2, H, 3, 3)
+    assert maps.stacked("cross").shape == (L, 2, H, 3, 4)
+    for kind in ("encoder", "decoder", "cross"):
+        rows = maps.stacked(kind)[:, 0]  # the unpadded pair: every row is a distribution
+        torch.testing.assert_close(rows.sum(-1), torch.ones(rows.shape[:-1]))
+    decoder = maps.stacked("decoder")
+    assert decoder.triu(diagonal=1).abs().max() == 0.0  # no position sees a later one
+    assert maps.stacked("cross")[:, 1, :, :, 3].abs().max() == 0.0  # padded source key
+    assert maps.stacked("encoder")[:, 1, :, :, 3].abs().max() == 0.0
+    with pytest.raises(ValueError, match="unknown attention 'self'"):
+        maps.stacked("self")
+
+
+def test_capture_is_off_by_default(tiny_cfg: TransformerConfig, monkeypatch) -> None:
+    """Training and decoding never take the weight-materialising path unless asked."""
+    from transformer_mt.decoding import beam_search, greedy_decode
+    from transformer_mt.model import attention
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("attention weights were computed without being asked for")
+
+    monkeypatch.setattr(attention, "scaled_dot_product_attention", refuse)
+    model = Transformer(tiny_cfg)
+    src, tgt_in = torch.tensor([[5, 6, 7, 3]]), torch.tensor([[2, 10, 11]])
+    model(src, tgt_in).sum().backward()
+    model.eval()
+    greedy_decode(model, src, max_len_b=5)
+    greedy_decode(model, src, max_len_b=5, use_cache=False)
+    beam_search(model, src, beam_size=2, max_len_b=5)
+    with pytest.raises(AssertionError, match="without being asked"):
+        model.attention_maps(src, tgt_in)

@@ -90,6 +90,14 @@ def small_run(tmp_path_factory) -> tuple:
     return run(cfg), tmp / "out"
 
 
+def out_valid_rows(out, n: int) -> list[dict]:
+    from transformer_mt.checkpoint import run_data_config
+    from transformer_mt.data.dataset import demo_files
+
+    with open(demo_files(run_data_config(out))["valid"], encoding="utf-8") as f:
+        return [json.loads(line) for _, line in zip(range(n), f)]
+
+
 def test_run_writes_a_complete_run_directory(small_run) -> None:
     metrics, out = small_run
     saved = json.loads((out / "metrics.json").read_text())
@@ -104,9 +112,19 @@ def test_run_writes_a_complete_run_directory(small_run) -> None:
     assert (
         "d_model: 32" in (out / "config.yaml").read_text()
     )  # the resolved config beside the outputs
-    assert (out / saved["alignment"]["png"]).stat().st_size > 10_000
+    example = saved["alignment"]["example"]
+    assert (out / example["png"]).stat().st_size > 10_000
     assert (out / "training_curves.png").exists() and (out / "alignment_heads.png").exists()
-    assert saved["alignment"]["source"] == "el gato negro duerme en casa"
+    assert example["source"] == "el gato negro duerme en casa" and example["translated"]
+    valid = saved["alignment"]["valid"]  # the first validation pairs, on their references
+    assert [v["target"] for v in valid] == [
+        r["tgt"] for r in out_valid_rows(out, len(valid))
+    ] and len(valid) == 3
+    for k, v in enumerate(valid, 1):
+        assert (
+            v["files"] == [f"{k}_layer1.png"]
+            and (out / "alignment_valid" / v["files"][0]).exists()
+        )
 
 
 def test_checkpoint_rebuilds_the_model_alone(small_run) -> None:
@@ -208,3 +226,88 @@ def test_model_and_tokenizer_of_different_runs_are_refused(small_run, tmp_path) 
         ValueError, match="has 250 pieces but the checkpoint's model has vocab_size=300"
     ):
         load_model(run)
+
+
+def _script(name: str, *args: str):
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / name), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_plot_alignment_cli_writes_png_and_svg(small_run, tmp_path) -> None:
+    _, out = small_run
+    result = _script(
+        "plot_alignment.py",
+        out,
+        "--src",
+        "el gato negro",
+        "--format",
+        "png",
+        "svg",
+        "--out",
+        tmp_path / "cat",
+    )
+    assert result.returncode == 0, result.stderr
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["cat_heads.png", "cat_heads.svg", "cat_layer1.png", "cat_layer1.svg"]
+    assert "translation:" in result.stdout and "<- " in result.stdout
+    bad = _script("plot_alignment.py", out, "--src", "el gato", "--layer", "4")
+    assert bad.returncode != 0 and "layer 4: the decoder has layers 1..1" in bad.stderr
+
+
+def test_align_cli_scores_files_and_writes_pharaoh(small_run, tmp_path) -> None:
+    _, out = small_run
+    (tmp_path / "src").write_text("el gato negro\nla casa\n")
+    (tmp_path / "tgt").write_text("the black cat\nthe house\n")
+    (tmp_path / "gold").write_text("1-2 2-3 3-1\n1-1 2-2\n")  # 1-indexed, target-source
+    result = _script(
+        "align.py",
+        out,
+        "--src",
+        tmp_path / "src",
+        "--tgt",
+        tmp_path / "tgt",
+        "--gold",
+        tmp_path / "gold",
+        "--one-indexed",
+        "--reverse-gold",
+        "--output",
+        tmp_path / "links",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "argmax AER/P/R" in result.stdout and "best: layer 1" in result.stdout
+    lines = (tmp_path / "links").read_text().splitlines()
+    assert [len(line.split()) for line in lines] == [3, 2]  # one link per target word
+    # A gold file with a link outside the sentence is reported, not silently used.
+    (tmp_path / "gold").write_text("1-2 2-3 3-9\n1-1 2-2\n")
+    result = _script(
+        "align.py",
+        out,
+        "--src",
+        tmp_path / "src",
+        "--tgt",
+        tmp_path / "tgt",
+        "--gold",
+        tmp_path / "gold",
+        "--one-indexed",
+    )
+    assert result.returncode == 0 and "sentence 1: links 2-8 fall outside" in result.stderr
+    (tmp_path / "tgt").write_text("the black cat\n")
+    result = _script("align.py", out, "--src", tmp_path / "src", "--tgt", tmp_path / "tgt")
+    assert result.returncode != 0 and "has 2 lines but" in result.stderr
+
+
+def test_align_cli_on_the_demo_gold(small_run) -> None:
+    _, out = small_run
+    result = _script("align.py", out, "--limit", "20")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("20 test pairs of the demo corpus")
+    assert "uncovered" in result.stdout

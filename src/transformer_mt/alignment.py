@@ -8,8 +8,13 @@ Legend: L layers, H heads, W_tgt target words, W_src source words.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
 import torch
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from transformer_mt.model import Transformer
 from transformer_mt.viz.alignment import word_attention
@@ -46,13 +51,67 @@ def format_pharaoh(links: Links) -> str:
     return " ".join(f"{i}-{j}" for i, j in sorted(links))
 
 
-def hard_alignment(weights: Tensor) -> Links:
-    """One link per target word: its most attended source word.
+def hard_alignment(weights: Tensor, method: str = "argmax") -> Links:
+    """Word links read from one attention matrix.
 
     Args:
         weights: (W_tgt, W_src) word-level attention.
+        method: ``argmax``: one link per target word, to its most attended source word
+            (target->source); ``intersect``: only the links that are also the source word's
+            most attending target word (source->target), fewer links and higher precision.
     """
-    return {(int(i), j) for j, i in enumerate(weights.argmax(dim=-1).tolist())}
+    rows = {(int(i), j) for j, i in enumerate(weights.argmax(dim=-1).tolist())}
+    if method == "argmax":
+        return rows
+    if method == "intersect":
+        columns = {(i, int(j)) for i, j in enumerate(weights.argmax(dim=-2).tolist())}
+        return rows & columns
+    raise ValueError(f"unknown alignment method {method!r}: use argmax or intersect")
+
+
+def symmetrize(forward: Links, backward: Links, method: str = "grow-diag-final-and") -> Links:
+    """Combine two directional alignments (both as (source i, target j) links).
+
+    ``intersect`` and ``union`` are the set operations; ``grow-diag-final-and`` (Koehn et al.
+    2003) starts from the intersection, adds union links next to (also diagonally) an aligned
+    pair while one of their words is still unaligned, then adds the remaining union links
+    whose two words are both unaligned.
+    """
+    if method == "intersect":
+        return forward & backward
+    if method == "union":
+        return forward | backward
+    if method != "grow-diag-final-and":
+        raise ValueError(
+            f"unknown symmetrization {method!r}: intersect, union or grow-diag-final-and"
+        )
+    union = forward | backward
+    links = forward & backward
+    src_done = {i for i, _ in links}
+    tgt_done = {j for _, j in links}
+    neighbours = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
+    grown = True
+    while grown:
+        grown = False
+        for i, j in sorted(links):
+            for di, dj in neighbours:
+                link = (i + di, j + dj)
+                if (
+                    link in union
+                    and link not in links
+                    and (link[0] not in src_done or link[1] not in tgt_done)
+                ):
+                    links.add(link)
+                    src_done.add(link[0])
+                    tgt_done.add(link[1])
+                    grown = True
+    for direction in (forward, backward):
+        for i, j in sorted(direction):
+            if i not in src_done and j not in tgt_done:
+                links.add((i, j))
+                src_done.add(i)
+                tgt_done.add(j)
+    return links
 
 
 def alignment_error_rate(predicted: Links, sure: Links, possible: Links | None = None) -> float:
@@ -89,32 +148,162 @@ def coverage(weights: Tensor) -> Tensor:
     return weights.sum(dim=-2)
 
 
-def layer_aer(
-    model: Transformer, tokenizer, pairs: list[tuple[str, str, str]], shift: bool = False
-) -> list[float]:
-    """AER of each decoder layer's head-averaged cross-attention against gold alignments.
+def with_temperature(weights: Tensor, tau: float) -> Tensor:
+    """The same attention at softmax temperature ``tau``: softmax(scores / tau) along the last dim.
 
-    Each target word is linked to its most attended source word (EOS row and column left
-    out). With ``shift``, a target word's row is the one where it is the decoder's *input*
-    (Chen et al. 2020), i.e. the next row.
+    The scores are recovered as log(weights) (up to a per-row constant, which the softmax
+    ignores). tau -> 0 approaches the row's argmax, tau -> inf the uniform distribution.
+    """
+    if tau <= 0:
+        raise ValueError(f"temperature must be > 0, got {tau}")
+    return (weights.clamp_min(1e-30).log() / tau).softmax(dim=-1)
 
-    Args:
-        pairs: (source text, target text, gold Pharaoh links "i-j ..." (0-indexed, may hold ipj)).
+
+def read_gold(
+    path: str | Path, one_indexed: bool = False, reverse: bool = False
+) -> list[tuple[Links, Links]]:
+    """Sure and possible links per sentence of a gold file, as (source i, target j).
+
+    Two formats are read: Pharaoh/talp (one line per sentence, ``i-j`` sure and ``ipj``
+    possible) and NAACL (one link per line, ``sentence i j [S|P]`` with 1-based sentence
+    numbers). ``reverse`` swaps i and j, for gold written in the other direction than the
+    model translates.
+    """
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    shift = 1 if one_indexed else 0
+    tokens = lines[0].split() if lines else []
+    naacl = len(tokens) in (3, 4) and all(t.isdigit() for t in tokens[:3])
+    if naacl:
+        by_sentence: dict[int, tuple[Links, Links]] = {}
+        for n, line in enumerate(lines, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) not in (3, 4) or not all(t.isdigit() for t in parts[:3]):
+                raise ValueError(f"{path}:{n}: {line!r} is not 'sentence i j [S|P]'")
+            sent, i, j = (int(t) for t in parts[:3])
+            sure, possible = by_sentence.setdefault(sent, (set(), set()))
+            link = (i - shift, j - shift)
+            possible.add(link)
+            if len(parts) == 3 or parts[3].upper() == "S":
+                sure.add(link)
+        gold = [by_sentence.get(n, (set(), set())) for n in range(1, max(by_sentence) + 1)]
+    else:
+        gold = []
+        for n, line in enumerate(lines, 1):
+            try:
+                gold.append(read_pharaoh(line, one_indexed))
+            except ValueError as err:
+                raise ValueError(f"{path}:{n}: {err}") from None
+    if reverse:
+        gold = [({(j, i) for i, j in s}, {(j, i) for i, j in p}) for s, p in gold]
+    return gold
+
+
+@torch.no_grad()
+def corpus_attention(
+    model: Transformer,
+    tokenizer,
+    sources: list[str],
+    targets: list[str],
+    progress: bool = False,
+) -> list[Tensor]:
+    """Word-level cross-attention of every pair, teacher-forced on the given targets.
+
+    Words are the whitespace-separated tokens of each line (gold alignments count them so).
 
     Returns:
-        AER per layer, first layer first.
+        per pair (L, H, W_tgt + 1, W_src + 1): the last row and column are EOS.
+
+    Raises:
+        ValueError: when a line's pieces do not fold back into its whitespace words.
     """
-    predicted: list[set] = [set() for _ in model.decoder.layers]
-    sure: set = set()
-    possible: set = set()
-    with torch.no_grad():
-        for n, (src, tgt, links) in enumerate(pairs):
-            src_ids, tgt_ids = tokenizer.encode([src, tgt])
-            words, _, _ = word_attention(model, tokenizer, src_ids, tgt_ids)  # (L, H, W_tgt, W_src)
-            words = words.mean(dim=1)[:, 1:, :-1] if shift else words.mean(dim=1)[:, :-1, :-1]
-            for layer, w in enumerate(words):
-                predicted[layer] |= {(n, i, j) for i, j in hard_alignment(w)}
-            s, p = read_pharaoh(links)
-            sure |= {(n, i, j) for i, j in s}
-            possible |= {(n, i, j) for i, j in p}
-    return [alignment_error_rate(a, sure, possible) for a in predicted]
+    out = []
+    pairs = zip(sources, targets, strict=True)
+    for n, (src, tgt) in enumerate(
+        tqdm(pairs, total=len(sources), disable=not progress, desc="attention")
+    ):
+        src_ids, tgt_ids = tokenizer.encode([src, tgt])
+        words, src_words, tgt_words = word_attention(model, tokenizer, src_ids, tgt_ids)
+        for side, text, got in (("source", src, src_words), ("target", tgt, tgt_words)):
+            if len(got) - 1 != len(text.split()):
+                raise ValueError(
+                    f"line {n + 1}: the {side} has {len(text.split())} words but its pieces make "
+                    f"{len(got) - 1} ({got[:-1]}); check that the text is normalised like the "
+                    f"tokenizer's training data"
+                )
+        out.append(words)
+    return out
+
+
+@dataclass
+class LayerScores:
+    """How well one decoder layer's head-averaged cross-attention aligns, and how it looks."""
+
+    layer: int  # 1-based
+    aer: float | None  # None without gold
+    precision: float | None
+    recall: float | None
+    links: list[Links]  # per sentence, (source i, target j)
+    entropy: float  # mean per-head row entropy in nats (target words, EOS column included)
+    uniform: float  # mean log(n) over the same rows: the entropy of uniform attention
+    entropy_by_tau: dict[float, float]  # the same mean entropy at other softmax temperatures
+    uncovered: float  # fraction of source words whose coverage (column sum) is below 0.25
+
+
+def score_layers(
+    attention: list[Tensor],
+    gold: list[tuple[Links, Links]] | None = None,
+    method: str = "argmax",
+    shift: bool = False,
+    temperatures: tuple[float, ...] = (0.5, 2.0),
+) -> list[LayerScores]:
+    """Alignments, AER and diagnostics of every decoder layer.
+
+    Args:
+        attention: ``corpus_attention`` output.
+        gold: (sure, possible) per pair, or None to align without scoring.
+        method: ``hard_alignment`` method.
+        shift: read target word j from the row where it is the decoder's *input* (the next
+            row; Chen et al. 2020) instead of the row that produces it.
+    """
+    if gold is not None and len(gold) != len(attention):
+        raise ValueError(f"{len(gold)} gold lines for {len(attention)} sentence pairs")
+    n_layers = attention[0].size(0) if attention else 0
+    scores = []
+    for layer in range(n_layers):
+        links, entropies, uniforms, uncovered, n_src = [], [], [], 0, 0
+        by_tau: dict[float, list[Tensor]] = {t: [] for t in temperatures}
+        for words in attention:
+            heads = words[layer, :, :-1, :]  # (H, W_tgt, W_src + 1): target words' rows
+            rows = words[layer, :, 1:, :] if shift else heads
+            mean = rows.mean(dim=0)[:, :-1]  # heads averaged, EOS column dropped
+            links.append(hard_alignment(mean, method))
+            entropies.append(row_entropy(heads).flatten())
+            uniforms.append(torch.full((heads[0].size(0),), math.log(heads.size(-1))))
+            for tau in temperatures:
+                by_tau[tau].append(row_entropy(with_temperature(heads, tau)).flatten())
+            cover = coverage(heads.mean(dim=0)[:, :-1])
+            uncovered += int((cover < 0.25).sum())
+            n_src += cover.numel()
+        aer = precision = recall = None
+        if gold is not None:
+            predicted = {(n, i, j) for n, ls in enumerate(links) for i, j in ls}
+            sure = {(n, i, j) for n, (s, _) in enumerate(gold) for i, j in s}
+            possible = {(n, i, j) for n, (_, p) in enumerate(gold) for i, j in p}
+            aer = alignment_error_rate(predicted, sure, possible)
+            precision, recall = precision_recall(predicted, sure, possible)
+        scores.append(
+            LayerScores(
+                layer=layer + 1,
+                aer=aer,
+                precision=precision,
+                recall=recall,
+                links=links,
+                entropy=float(torch.cat(entropies).mean()),
+                uniform=float(torch.cat(uniforms).mean()),
+                entropy_by_tau={t: float(torch.cat(v).mean()) for t, v in by_tau.items()},
+                uncovered=uncovered / max(n_src, 1),
+            )
+        )
+    return scores

@@ -90,6 +90,7 @@ class DataConfig:
     num_proc: int = 1  # processes for tokenization (Dataset.map)
     num_workers: int = 0  # DataLoader workers
     cache_dir: str = MISSING
+    example: str | None = None  # a source sentence whose attention is drawn after training
 
     def __post_init__(self) -> None:
         if self.source not in ("demo", "hub", "local"):
@@ -159,11 +160,13 @@ class TrainerConfig:
 
 @dataclass
 class AlignConfig:
-    """The alignment heatmap drawn at the end of training."""
+    """The alignment heatmaps drawn at the end of training."""
 
     layer: int = -1  # decoder layer whose cross-attention is plotted (heads averaged)
-    src: str = "el gato negro duerme en casa"
-    tgt: str | None = None  # None: the model's own translation
+    src: str | None = None  # an example sentence (translated by the model); conf: data.example
+    tgt: str | None = None  # a target for ``src`` to teacher-force instead of translating
+    valid_sentences: int = 3  # also draw the first N validation pairs of at most max_words words
+    max_words: int = 30
 
 
 @dataclass

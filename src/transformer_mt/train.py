@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
@@ -23,13 +22,12 @@ from transformer_mt.config import (
     DataConfig,
     check_keys,
 )
-from transformer_mt.data.tokenizer import EOS_ID, Tokenizer
+from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.datamodule import TranslationDataModule
-from transformer_mt.decoding import greedy_decode
 from transformer_mt.lit_module import TranslationModule
 from transformer_mt.metrics import corpus_bleu, corpus_chrf
 from transformer_mt.model import Transformer
-from transformer_mt.viz.alignment import plot_alignment, plot_heads, word_attention
+from transformer_mt.viz.alignment import draw_pair
 from transformer_mt.viz.curves import plot_curves, read_metrics
 
 log = logging.getLogger(__name__)
@@ -94,8 +92,13 @@ def run(cfg: DictConfig) -> dict:
     metrics["val_bleu"] = round(val_bleu, 2)
     metrics.update(parameters=n_params, wall_seconds=round(time.perf_counter() - started, 1))
     if trainer.is_global_zero:
+        valid = datamodule.text["valid"]
         metrics["alignment"] = _draw_alignment(
-            module.model, tokenizer, OmegaConf.to_object(cfg.align), out
+            module.model,
+            tokenizer,
+            OmegaConf.to_object(cfg.align),
+            list(valid.select(range(min(len(valid), 200)))),
+            out,
         )
         _draw_curves(out)
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
@@ -120,38 +123,43 @@ def _report(module: TranslationModule, datamodule: TranslationDataModule, out: P
     }
 
 
-def _draw_alignment(model: Transformer, tokenizer: Tokenizer, cfg: AlignConfig, out: Path) -> dict:
-    """Heatmap of one decoder layer's cross-attention (heads averaged) for ``cfg.src``.
+def _draw_alignment(
+    model: Transformer, tokenizer: Tokenizer, cfg: AlignConfig, valid: list[dict], out: Path
+) -> dict:
+    """Heatmaps of one decoder layer's cross-attention (heads averaged) after training.
+
+    The example sentence ``cfg.src`` (translated by the model, or teacher-forced on
+    ``cfg.tgt``) goes to ``alignment_layer<N>.png`` and ``alignment_heads.png``; the first
+    ``cfg.valid_sentences`` validation pairs of at most ``cfg.max_words`` words, teacher-forced
+    on their references, to ``alignment_valid/<k>_layer<N>.png``: the same sentences every run.
 
     Returns:
-        The translation and, per target word, the source word it attends to most.
+        what was drawn, per target word the source word it attends to most.
     """
-    model.eval()
-    src_ids = tokenizer.encode([cfg.src])[0]
-    if cfg.tgt is None:
-        tgt_ids = greedy_decode(model, torch.tensor([src_ids + [EOS_ID]]))[0]
-    else:
-        tgt_ids = tokenizer.encode([cfg.tgt])[0]
-    weights, src_words, tgt_words = word_attention(
-        model, tokenizer, src_ids, tgt_ids
-    )  # (L, H, W_tgt, W_src)
-    layer = cfg.layer % weights.size(0)
-    words = weights[layer].mean(dim=0)  # heads averaged: (W_tgt, W_src)
-    fig = plot_alignment(
-        words, src_words, tgt_words, f"decoder layer {layer + 1} cross-attention, heads averaged"
-    )
-    path = out / f"alignment_layer{layer + 1}.png"
-    fig.savefig(path, dpi=150)
-    plot_heads(weights, src_words, tgt_words).savefig(out / "alignment_heads.png", dpi=110)
-    log.info("alignment heatmap: %s", path)
-    best = words.argmax(dim=-1).tolist()
-    return {
-        "source": cfg.src,
-        "translation": tokenizer.decode([tgt_ids])[0],
-        "layer": layer + 1,
-        "strongest": {t: src_words[j] for t, j in zip(tgt_words, best)},
-        "png": path.name,
-    }
+    drawn: dict = {}
+    if cfg.src:
+        example = draw_pair(model, tokenizer, cfg.src, cfg.tgt, out / "alignment", cfg.layer)
+        example["png"] = example["files"][0]
+        drawn["example"] = example
+        log.info("alignment heatmap: %s", out / example["png"])
+    fitting = [
+        row
+        for row in valid
+        if max(len(row["src"].split()), len(row["tgt"].split())) <= cfg.max_words
+    ]
+    drawn["valid"] = [
+        draw_pair(
+            model,
+            tokenizer,
+            row["src"],
+            row["tgt"],
+            out / "alignment_valid" / str(k),
+            cfg.layer,
+            heads=False,
+        )
+        for k, row in enumerate(fitting[: cfg.valid_sentences], 1)
+    ]
+    return drawn
 
 
 def _draw_curves(out: Path) -> None:

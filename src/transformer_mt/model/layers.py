@@ -96,7 +96,7 @@ class DecoderLayer(nn.Module):
         self_cache: LayerCache | None = None,
         cross_cache: LayerCache | None = None,
         need_weights: bool = False,
-    ) -> tuple[Tensor, LayerCache, LayerCache, Tensor | None]:
+    ) -> tuple[Tensor, LayerCache, LayerCache, tuple[Tensor, Tensor] | None]:
         """One decoder layer, for a whole target (training) or new positions (decoding).
 
         Args:
@@ -106,16 +106,19 @@ class DecoderLayer(nn.Module):
                 which may see every cached one.
             memory_mask: (B, 1, 1, S) source padding mask.
             self_cache, cross_cache: K/V from earlier steps (see ``MultiHeadAttention``).
-            need_weights: return the cross-attention weights (B, H, T, S).
+            need_weights: also return the attention weights (slower reference path).
 
         Returns:
-            states (B, T, D), the self- and cross-attention K/V, the weights or None.
+            states (B, T, D), the self- and cross-attention K/V, and None or the weights
+            (self (B, H, T, T_seen), cross (B, H, T, S)).
         """
         # 1) Masked self-attention.
-        y, self_kv, _ = self.self_attn(self.norm_self.enter(x), self_mask, cache=self_cache)
+        y, self_kv, self_weights = self.self_attn(
+            self.norm_self.enter(x), self_mask, cache=self_cache, need_weights=need_weights
+        )
         x = self.norm_self.exit(x, y)
         # 2) Encoder-decoder attention: queries from the decoder, keys and values from the encoder.
-        y, cross_kv, weights = self.cross_attn(
+        y, cross_kv, cross_weights = self.cross_attn(
             self.norm_cross.enter(x),
             memory_mask,
             memory=memory,
@@ -125,4 +128,5 @@ class DecoderLayer(nn.Module):
         x = self.norm_cross.exit(x, y)
         # 3) Position-wise feed-forward.
         x = self.norm_ffn.exit(x, self.ffn(self.norm_ffn.enter(x)))
+        weights = (self_weights, cross_weights) if need_weights else None
         return x, self_kv, cross_kv, weights

@@ -6,6 +6,8 @@ H heads. Masks are bool with True = may attend, built only in ``masks.py``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 
@@ -18,6 +20,21 @@ from transformer_mt.model.embeddings import (
 )
 from transformer_mt.model.layers import DecoderLayer, EncoderLayer
 from transformer_mt.model.masks import decoder_self_mask, padding_mask
+
+
+@dataclass
+class AttentionMaps:
+    """Attention weights of one forward pass, one (B, H, rows, keys) tensor per layer."""
+
+    encoder: list[Tensor]  # self-attention, each (B, H, S, S)
+    decoder: list[Tensor]  # masked self-attention, each (B, H, T, T)
+    cross: list[Tensor]  # encoder-decoder attention, each (B, H, T, S)
+
+    def stacked(self, kind: str) -> Tensor:
+        """``"encoder" | "decoder" | "cross"`` -> (L, B, H, rows, keys)."""
+        if kind not in ("encoder", "decoder", "cross"):
+            raise ValueError(f"unknown attention {kind!r}: use encoder, decoder or cross")
+        return torch.stack(getattr(self, kind))
 
 
 class Embed(nn.Module):
@@ -79,15 +96,17 @@ class Decoder(nn.Module):
         self_mask: Tensor | None,
         cache: DecoderCache | None = None,
         need_weights: bool = False,
-    ) -> tuple[Tensor, list[Tensor]]:
+    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """Decoder states for ``tgt_in`` (B, T), updating ``cache`` in place when one is given.
 
         Returns:
-            states (B, T, D) and the cross-attention weights per layer, each (B, H, T, S).
+            states (B, T, D); with ``need_weights`` the cross-attention weights per layer,
+            each (B, H, T, S), and the self-attention weights per layer, each (B, H, T, T_seen);
+            otherwise two empty lists.
         """
         offset = cache.offset if cache is not None else 0
         x = self.embed(tgt_in, offset)  # (B, T, D)
-        weights = []
+        cross_weights, self_weights = [], []
         for i, layer in enumerate(self.layers):
             self_cache = cache.self_attn[i] if cache is not None else None
             cross_cache = cache.cross_attn[i] if cache is not None else None
@@ -97,10 +116,11 @@ class Decoder(nn.Module):
             if cache is not None:
                 cache.self_attn[i] = self_kv
             if w is not None:
-                weights.append(w)
+                self_weights.append(w[0])
+                cross_weights.append(w[1])
         if cache is not None:
             cache.offset += tgt_in.size(1)
-        return self.final_norm(x), weights
+        return self.final_norm(x), cross_weights, self_weights
 
 
 class Transformer(nn.Module):
@@ -167,10 +187,29 @@ class Transformer(nn.Module):
             logits (B, T, V) and the cross-attention weights per layer, each (B, H, T, S).
         """
         self_mask = decoder_self_mask(tgt_in, self.cfg.pad_id)  # (B, 1, T, T)
-        states, weights = self.decoder(
+        states, weights, _ = self.decoder(
             tgt_in, memory, memory_mask, self_mask, need_weights=need_weights
         )
         return self.generator(states), weights  # (B, T, V)
+
+    def attention_maps(self, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, AttentionMaps]:
+        """A teacher-forced forward pass that also captures every attention weight.
+
+        Only this call (and ``need_weights=True``) takes the slower path that materialises
+        the weights; ``forward`` and decoding use the fused kernel and keep nothing.
+
+        Args:
+            src: (B, S) source ids; tgt_in: (B, T) BOS + target ids, padded.
+
+        Returns:
+            logits (B, T, V) and the weights of every layer and head.
+        """
+        memory, src_mask, encoder = self.encode(src, need_weights=True)
+        self_mask = decoder_self_mask(tgt_in, self.cfg.pad_id)  # (B, 1, T, T)
+        states, cross, decoder = self.decoder(
+            tgt_in, memory, src_mask, self_mask, need_weights=True
+        )
+        return self.generator(states), AttentionMaps(encoder, decoder, cross)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """src (B, S), tgt_in (B, T) -> logits (B, T, V); softmax is left to the loss."""
@@ -194,5 +233,7 @@ class Transformer(nn.Module):
         Returns:
             log-probabilities (B, V) and cross-attention weights per layer, each (B, H, 1, S).
         """
-        states, weights = self.decoder(tokens, None, cache.memory_mask, None, cache, need_weights)
+        states, weights, _ = self.decoder(
+            tokens, None, cache.memory_mask, None, cache, need_weights
+        )
         return self.generator(states[:, -1]).log_softmax(dim=-1), weights  # (B, V)

@@ -5,6 +5,8 @@ Legend: L decoder layers, H heads, T target pieces, S source pieces, W words.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")  # files only; no display needed
@@ -14,46 +16,53 @@ from matplotlib.figure import Figure  # noqa: E402
 from torch import Tensor  # noqa: E402
 
 from transformer_mt.data.tokenizer import BOS_ID, EOS_ID  # noqa: E402
-from transformer_mt.model import Transformer  # noqa: E402
+from transformer_mt.model import AttentionMaps, Transformer  # noqa: E402
 
 WORD_START = "\u2581"  # SentencePiece's "▁", which starts every word
+CONTROL_PIECES = frozenset({"<s>", "</s>", "<pad>"})
 
 
 @torch.no_grad()
-def cross_attention(model: Transformer, src: Tensor, tgt: Tensor) -> Tensor:
-    """Teacher-forced cross-attention weights of every decoder layer and head.
+def capture(model: Transformer, src: Tensor, tgt: Tensor) -> AttentionMaps:
+    """Teacher-forced attention of one pair: encoder, decoder self- and cross-attention.
 
-    Row t is the distribution while the decoder *produces* ``tgt[t]`` (its input is BOS,
-    tgt[0], .., tgt[t-1]).
+    Row t of the decoder's maps is the distribution while the decoder *produces* ``tgt[t]``
+    (its input is BOS, tgt[0], .., tgt[t-1]). The model is put in eval mode (no dropout)
+    for the call and restored afterwards.
 
     Args:
         src: (S,) EOS-terminated source ids of one sentence.
-        tgt: (T,) EOS-terminated target ids.
+        tgt: (T,) EOS-terminated target ids: a reference, or the model's own translation.
 
     Returns:
-        (L, H, T, S) weights; each row sums to 1.
+        maps with batch size 1.
     """
     was_training = model.training
     model.eval()
     tgt_in = torch.cat([tgt.new_tensor([BOS_ID]), tgt[:-1]])[None]  # (1, T)
-    memory, src_mask, _ = model.encode(src[None])
-    _, weights = model.decode(tgt_in, memory, src_mask, need_weights=True)
+    _, maps = model.attention_maps(src[None], tgt_in)
     model.train(was_training)
-    return torch.stack([w[0] for w in weights])  # (L, H, T, S)
+    return maps
+
+
+def cross_attention(model: Transformer, src: Tensor, tgt: Tensor) -> Tensor:
+    """Teacher-forced cross-attention of every decoder layer and head: (L, H, T, S)."""
+    return capture(model, src, tgt).stacked("cross")[:, 0]
 
 
 def word_groups(pieces: list[str]) -> list[list[int]]:
     """Indices of the pieces of each word: a new word starts at every piece with "▁".
 
-    Special pieces such as ``</s>`` form words of their own.
+    Control pieces (``</s>``, ``<s>``, ``<pad>``) form words of their own; ``<unk>`` stays
+    inside the word it interrupts.
     """
     groups: list[list[int]] = []
     for i, piece in enumerate(pieces):
         if (
             not groups
             or piece.startswith(WORD_START)
-            or piece.startswith("<")
-            or pieces[i - 1].startswith("<")
+            or piece in CONTROL_PIECES
+            or pieces[i - 1] in CONTROL_PIECES
         ):
             groups.append([i])
         else:
@@ -159,3 +168,66 @@ def plot_heads(weights: Tensor, src_words: list[str], tgt_words: list[str]) -> F
             ax.xaxis.tick_top()
     fig.colorbar(image, ax=axes, fraction=0.02, pad=0.01, label="attention weight")
     return fig
+
+
+def draw_pair(
+    model: Transformer,
+    tokenizer,
+    src: str,
+    tgt: str | None,
+    stem: Path,
+    layer: int = -1,
+    formats: tuple[str, ...] = ("png",),
+    heads: bool = True,
+) -> dict:
+    """Draw one pair's cross-attention: ``<stem>_layer<N>.<fmt>`` and ``<stem>_heads.<fmt>``.
+
+    Args:
+        tgt: the target to teacher-force; None translates ``src`` greedily first.
+        layer: the decoder layer of the heads-averaged heatmap (1-based, or negative from the end).
+        formats: file suffixes matplotlib understands, e.g. ``("png", "svg")``.
+        heads: also draw the grid of every head of every layer.
+
+    Returns:
+        the source, the target drawn (translation or given), the layer, the files written, and
+        per target word the source word it attends to most.
+    """
+    from transformer_mt.decoding import greedy_decode
+
+    model.eval()
+    src_ids = tokenizer.encode([src])[0]
+    if tgt is None:
+        tgt_ids = greedy_decode(model, torch.tensor([src_ids + [EOS_ID]]))[0]
+    else:
+        tgt_ids = tokenizer.encode([tgt])[0]
+    weights, src_words, tgt_words = word_attention(model, tokenizer, src_ids, tgt_ids)
+    n_layers = weights.size(0)
+    if not (-n_layers <= layer < 0 or 1 <= layer <= n_layers):
+        raise ValueError(
+            f"layer {layer}: the decoder has layers 1..{n_layers} (or -1..-{n_layers})"
+        )
+    index = layer - 1 if layer > 0 else layer % n_layers
+    words = weights[index].mean(dim=0)  # heads averaged: (W_tgt, W_src)
+    title = f"decoder layer {index + 1} cross-attention, heads averaged"
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    files = []
+    figures = [
+        (f"{stem.name}_layer{index + 1}", plot_alignment(words, src_words, tgt_words, title), 150)
+    ]
+    if heads:
+        figures.append((f"{stem.name}_heads", plot_heads(weights, src_words, tgt_words), 110))
+    for name, fig, dpi in figures:
+        for fmt in formats:
+            path = stem.parent / f"{name}.{fmt}"
+            fig.savefig(path, dpi=dpi)
+            files.append(path.name)
+        plt.close(fig)
+    best = words.argmax(dim=-1).tolist()
+    return {
+        "source": src,
+        "target": tokenizer.decode([tgt_ids])[0],
+        "translated": tgt is None,
+        "layer": index + 1,
+        "strongest": [[t, src_words[j]] for t, j in zip(tgt_words, best)],
+        "files": files,
+    }
