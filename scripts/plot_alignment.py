@@ -25,14 +25,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("run_dir", type=Path, help="a run directory (or a .ckpt) from scripts/train.py")
+    parser.add_argument(
+        "run_dir", type=Path, help="a run directory (or a .ckpt) from scripts/train.py"
+    )
     parser.add_argument("--src", required=True, help="the source sentence")
-    parser.add_argument("--tgt", help="a target to teacher-force (default: the model's translation)")
+    parser.add_argument(
+        "--tgt", help="a target to teacher-force (default: the model's translation)"
+    )
     parser.add_argument("--layer", type=int, default=-1, help="decoder layer, 1-based or -1 (last)")
     parser.add_argument("--format", nargs="+", default=["png"], choices=["png", "svg", "pdf"])
     parser.add_argument("--out", type=Path, default=Path("alignment"), help="output path stem")
     parser.add_argument("--no-heads", action="store_true", help="skip the per-head grid")
-    parser.add_argument("--average-last", type=int, default=1, help="average the last N checkpoints")
+    parser.add_argument(
+        "--average-last", type=int, default=1, help="average the last N checkpoints"
+    )
     args = parser.parse_args()
     if not args.src.strip():
         parser.error("--src is empty")

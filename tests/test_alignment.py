@@ -169,3 +169,17 @@ def test_score_layers_against_hand_made_gold() -> None:
     assert first.uncovered == 0.0 and second.uncovered == 0.0
     with pytest.raises(ValueError, match="1 gold lines for 2 sentence pairs"):
         score_layers(_fixed_attention(), gold[:1])
+
+
+@pytest.mark.skipif(not GOLD.is_dir(), reason=f"{GOLD} is absent (the shared gold alignments)")
+def test_the_romanian_english_gold_reads_as_documented() -> None:
+    gold = read_gold(GOLD / "roen.gold.talp", one_indexed=True)
+    ro = (GOLD / "roen.ro").read_text().splitlines()
+    en = (GOLD / "roen.en").read_text().splitlines()
+    assert len(gold) == len(ro) == len(en) == 248
+    assert sum(len(s) for s, _ in gold) == 6198 and all(s == p for s, p in gold)  # sure only
+    assert all(
+        0 <= i < len(r.split()) and 0 <= j < len(e.split())
+        for (s, _), r, e in zip(gold, ro, en)
+        for i, j in s
+    )

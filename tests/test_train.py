@@ -122,8 +122,7 @@ def test_run_writes_a_complete_run_directory(small_run) -> None:
     ] and len(valid) == 3
     for k, v in enumerate(valid, 1):
         assert (
-            v["files"] == [f"{k}_layer1.png"]
-            and (out / "alignment_valid" / v["files"][0]).exists()
+            v["files"] == [f"{k}_layer1.png"] and (out / "alignment_valid" / v["files"][0]).exists()
         )
 
 

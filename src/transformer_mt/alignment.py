@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from transformer_mt.model import Transformer
 from transformer_mt.viz.alignment import word_attention

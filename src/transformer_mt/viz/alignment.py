@@ -7,16 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import torch
+from matplotlib.figure import Figure
+from torch import Tensor
 
-matplotlib.use("Agg")  # files only; no display needed
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from torch import Tensor  # noqa: E402
-
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID  # noqa: E402
-from transformer_mt.model import AttentionMaps, Transformer  # noqa: E402
+from transformer_mt.data.tokenizer import BOS_ID, EOS_ID
+from transformer_mt.model import AttentionMaps, Transformer
 
 WORD_START = "\u2581"  # SentencePiece's "▁", which starts every word
 CONTROL_PIECES = frozenset({"<s>", "</s>", "<pad>"})
@@ -102,7 +98,8 @@ def plot_alignment(
             f"weights of shape {w.shape} do not match {len(tgt_words)} target x {len(src_words)} source words"
         )
     size = max(3.0, 0.45 * max(w.shape) + 1.5)
-    fig, ax = plt.subplots(figsize=(size + 1.0, size))
+    fig = Figure(figsize=(size + 1.0, size))  # no pyplot: no global state, any backend
+    ax = fig.subplots()
     image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(src_words)), src_words, rotation=60, ha="left", rotation_mode="anchor")
     ax.set_yticks(range(len(tgt_words)), tgt_words)
@@ -150,7 +147,8 @@ def plot_heads(weights: Tensor, src_words: list[str], tgt_words: list[str]) -> F
             f"weights of shape {w.shape[2:]} do not match {len(tgt_words)} target x {len(src_words)} source words"
         )
     cell = max(1.6, 0.22 * max(w.shape[2:]) + 0.8)
-    fig, axes = plt.subplots(L, H, figsize=(cell * H + 1.2, cell * L + 0.8), squeeze=False)
+    fig = Figure(figsize=(cell * H + 1.2, cell * L + 0.8))
+    axes = fig.subplots(L, H, squeeze=False)
     for layer in range(L):
         for head in range(H):
             ax = axes[layer, head]
@@ -221,7 +219,6 @@ def draw_pair(
             path = stem.parent / f"{name}.{fmt}"
             fig.savefig(path, dpi=dpi)
             files.append(path.name)
-        plt.close(fig)
     best = words.argmax(dim=-1).tolist()
     return {
         "source": src,

@@ -5,11 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.figure import Figure
 
 PANELS = (("train/loss", "val/loss"), ("train/ppl", "val/ppl"), ("val/bleu",), ("train/lr",))
 
@@ -28,7 +24,8 @@ def read_metrics(path: str | Path) -> dict[str, list[tuple[int, float]]]:
 
 def plot_curves(series: dict[str, list[tuple[int, float]]]) -> Figure:
     """Loss, perplexity, BLEU and learning rate against the optimizer step."""
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
+    fig = Figure(figsize=(4.2 * len(PANELS), 3.4))  # no pyplot: no global state, any backend
+    axes = fig.subplots(1, len(PANELS))
     for ax, names in zip(axes, PANELS):
         for name in names:
             if series.get(name):
