@@ -116,10 +116,19 @@ class OptimConfig:
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-9
     weight_decay: float = 0.0
+    # Target tokens per optimizer step, summed over devices and accumulated micro-batches (the
+    # paper: ~25k). The accumulation factor is derived from it and data.max_tokens for the devices
+    # actually present. None: one micro-batch per step (trainer.accumulate_grad_batches applies).
+    tokens_per_step: int | None = None
+    fused: Any = "auto"  # fused Adam kernel: true, false, or "auto" (on CUDA)
 
     def __post_init__(self) -> None:
         if self.warmup <= 0:
             raise ValueError(f"optim.warmup must be positive, got {self.warmup}")
+        if self.tokens_per_step is not None and self.tokens_per_step <= 0:
+            raise ValueError(f"optim.tokens_per_step must be positive or null, got {self.tokens_per_step}")
+        if self.fused not in (True, False, "auto"):
+            raise ValueError(f"optim.fused must be true, false or auto, got {self.fused!r}")
 
 
 @dataclass
@@ -156,6 +165,21 @@ class TrainerConfig:
     fast_dev_run: Any = False
     deterministic: Any = False
     enable_progress_bar: bool = True
+    # Not lightning.Trainer arguments (train.py takes them out first):
+    compile: bool = False  # torch.compile the model
+    on_nonfinite_loss: str = "stop"  # "stop" (raise, naming the step and batch) or "skip" the step
+    loggers: list[str] = field(default_factory=lambda: ["csv", "tensorboard"])  # + wandb, mlflow
+
+    def __post_init__(self) -> None:
+        if self.on_nonfinite_loss not in ("stop", "skip"):
+            raise ValueError(
+                f"trainer.on_nonfinite_loss must be stop or skip, got {self.on_nonfinite_loss!r}"
+            )
+        unknown = set(self.loggers) - {"csv", "tensorboard", "wandb", "mlflow"}
+        if unknown:
+            raise ValueError(
+                f"trainer.loggers: unknown {sorted(unknown)}; choose from csv, tensorboard, wandb, mlflow"
+            )
 
 
 @dataclass
@@ -171,9 +195,21 @@ class AlignConfig:
 
 @dataclass
 class CheckpointingConfig:
-    """Checkpoints written while training (one per epoch)."""
+    """Checkpoints written while training: every N minutes and/or N steps, else once per epoch.
+
+    Each is written to a temporary file and renamed into place, so a crash mid-write never
+    leaves a corrupt checkpoint; ``last.ckpt`` always points at the newest.
+    """
 
     keep_last: int = 5  # -1 keeps them all
+    every_minutes: float | None = None  # the paper: 10
+    every_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("every_minutes", "every_steps"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"checkpoint.{name} must be positive or null, got {value}")
 
 
 @dataclass
@@ -189,6 +225,7 @@ class TrainConfig:
     checkpoint: CheckpointingConfig = field(default_factory=CheckpointingConfig)
     seed: int = 1234
     output_dir: str = MISSING  # the run directory (Hydra's)
+    resume: str | None = None  # a run directory to continue (scripts/train.py resume=<run dir>)
 
 
 @dataclass

@@ -55,10 +55,23 @@ class TranslationDataModule(L.LightningDataModule):
             collate_fn=collate,
             num_workers=self.cfg.num_workers,
             persistent_workers=self.cfg.num_workers > 0,
+            # page-locked host memory lets the copy to the GPU overlap compute
+            pin_memory=bool(trainer and trainer.accelerator.__class__.__name__ == "CUDAAccelerator"),
         )
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
+        loader = self._loader("train", shuffle=True)
+        self.train_sampler: TokenBatchSampler = loader.batch_sampler
+        if getattr(self, "_resume_at", None) is not None:
+            self.train_sampler.resume_at(*self._resume_at)
+            self._resume_at = None
+        return loader
+
+    def resume_at(self, epoch: int, batches_done: int) -> None:
+        """Skip the batches of ``epoch`` that a resumed run already trained on (see the sampler)."""
+        self._resume_at = (epoch, batches_done)
+        if getattr(self, "train_sampler", None) is not None:
+            self.train_sampler.resume_at(epoch, batches_done)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("valid", shuffle=False)

@@ -6,6 +6,7 @@ logging, and validation/test decoding for SacreBLEU. The model knows none of the
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import asdict
@@ -21,6 +22,8 @@ from transformer_mt.decoding import decode_batch
 from transformer_mt.metrics import corpus_bleu
 from transformer_mt.model import Transformer
 from transformer_mt.optim import build_optimizer
+
+log = logging.getLogger(__name__)
 
 
 def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
@@ -45,13 +48,23 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[
 class TranslationModule(L.LightningModule):
     """Trains a ``Transformer``; validation and test decode with ``decode`` settings and score with SacreBLEU."""
 
-    def __init__(self, model: dict, optim: dict, decode: dict, tokenizer_path: str = "") -> None:
+    def __init__(
+        self,
+        model: dict,
+        optim: dict,
+        decode: dict,
+        tokenizer_path: str = "",
+        on_nonfinite_loss: str = "stop",
+        compile: bool = False,
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()  # plain dicts, so a checkpoint rebuilds the model alone
         self.model_cfg = TransformerConfig(**model)
         self.optim_cfg = OptimConfig(**optim)
         self.decode_cfg = DecodeConfig(**decode)
         self.model = Transformer(self.model_cfg)
+        self.on_nonfinite_loss, self.compile_model = on_nonfinite_loss, compile
+        self.last_batch: dict = {}  # the shape of the batch in flight, for error messages
         self._outputs: dict[str, dict[int, list[int]]] = {}  # split -> row -> hypothesis ids
         self._nll: dict[str, list] = {}  # split -> [summed NLL, target tokens]
         self._tick: float | None = None
@@ -63,25 +76,69 @@ class TranslationModule(L.LightningModule):
         optim: OptimConfig,
         decode: DecodeConfig,
         tokenizer_path: str = "",
+        **kwargs,
     ) -> TranslationModule:
-        return cls(asdict(model), asdict(optim), asdict(decode), tokenizer_path)
+        return cls(asdict(model), asdict(optim), asdict(decode), tokenizer_path, **kwargs)
+
+    def configure_model(self) -> None:
+        if self.compile_model and not getattr(self, "_compiled", False):
+            self.model.compile()  # in place: parameter names (and checkpoints) stay the same
+            self._compiled = True
 
     def _step(self, batch: Batch) -> tuple[Tensor, Tensor, int]:
         logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
         loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.model_cfg.label_smoothing)
         return loss, nll, batch.n_tgt_tokens
 
-    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor | None:
+        self.last_batch = {
+            "sentences": batch.src.size(0),
+            "source_length": batch.src.size(1),
+            "target_length": batch.tgt_out.size(1),
+            "target_tokens": batch.n_tgt_tokens,
+        }
         loss, nll, n_tokens = self._step(batch)
+        # Per-token mean, so the gradient scale does not depend on how full the batch is.
+        mean = loss / n_tokens
+        finite = bool(torch.isfinite(mean))
+        finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)  # every rank agrees
+        if not finite:
+            return self._nonfinite(mean, batch, batch_idx)
         now = time.perf_counter()
         if self._tick is not None:  # throughput over the whole step, data loading included
             self.log("train/tok_s", n_tokens / (now - self._tick), prog_bar=True, on_step=True)
         self._tick = now
-        self.log("train/loss", loss / n_tokens, prog_bar=True, on_step=True)
+        self.log("train/loss", mean, prog_bar=True, on_step=True)
         self.log("train/ppl", (nll.detach() / n_tokens).clamp(max=50.0).exp(), on_step=True)
         self.log("train/lr", self.lr_schedulers().get_last_lr()[0], on_step=True)
-        # Per-token mean, so the gradient scale does not depend on how full the batch is.
-        return loss / n_tokens
+        self.log("train/padding", batch.padding, on_step=True)
+        return mean
+
+    def _nonfinite(self, mean: Tensor, batch: Batch, batch_idx: int) -> None:
+        rows = batch.index[:5].tolist()
+        what = (
+            f"non-finite training loss ({float(mean)}) at step {self.global_step} "
+            f"(epoch {self.current_epoch}, batch {batch_idx} of the epoch): {batch.src.size(0)} "
+            f"sentences, source length {batch.src.size(1)}, target length {batch.tgt_out.size(1)}, "
+            f"{batch.n_tgt_tokens} target tokens, training rows {rows}{'...' if batch.index.numel() > 5 else ''}"
+        )
+        if self.on_nonfinite_loss == "stop":
+            raise FloatingPointError(
+                f"{what}. Lower optim.lr_factor, raise optim.warmup, set trainer.gradient_clip_val, "
+                f"or use precision=bf16-mixed instead of 16-mixed; trainer.on_nonfinite_loss=skip "
+                f"skips such steps instead of stopping"
+            )
+        self.skipped_steps = getattr(self, "skipped_steps", 0) + 1
+        log.warning("%s: step skipped (%d so far)", what, self.skipped_steps)
+        self.log("train/skipped", float(self.skipped_steps), on_step=True)
+        return None  # Lightning runs no backward and no optimizer step for this batch
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        every = self.trainer.log_every_n_steps
+        if (self.global_step + 1) % every == 0 or every == 1:
+            grads = [p.grad.detach().norm() for p in self.parameters() if p.grad is not None]
+            if grads:
+                self.log("train/grad_norm", torch.stack(grads).norm(), on_step=True)
 
     def on_train_epoch_start(self) -> None:
         self._tick = None
@@ -156,7 +213,10 @@ class TranslationModule(L.LightningModule):
         self._log_bleu("test", "test")
 
     def configure_optimizers(self) -> dict:
+        fused = self.optim_cfg.fused
+        if fused == "auto":
+            fused = self.device.type == "cuda"
         optimizer, schedule = build_optimizer(
-            self.parameters(), self.optim_cfg, self.model_cfg.d_model
+            self.parameters(), self.optim_cfg, self.model_cfg.d_model, fused=fused
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

@@ -21,15 +21,21 @@ def noam_lambda(step: int, d_model: int, warmup: int, factor: float = 1.0) -> fl
 
 
 def build_optimizer(
-    params: Iterable[torch.nn.Parameter], cfg: OptimConfig, d_model: int
+    params: Iterable[torch.nn.Parameter], cfg: OptimConfig, d_model: int, fused: bool = False
 ) -> tuple[torch.optim.Optimizer, LambdaLR]:
     """Adam(β1=0.9, β2=0.98, ε=1e-9) and the schedule, to be stepped once per optimizer step.
 
     Adam's base lr is 1 so the scheduler's lambda is the learning rate itself; LambdaLR calls
     it with the number of steps taken so far (0 before the first), hence the +1.
+    ``fused`` uses PyTorch's single-kernel Adam (one launch for all parameters on a GPU).
     """
     optimizer = torch.optim.Adam(
-        params, lr=1.0, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
+        params,
+        lr=1.0,
+        betas=tuple(cfg.betas),
+        eps=cfg.eps,
+        weight_decay=cfg.weight_decay,
+        fused=fused or None,
     )
     schedule = LambdaLR(optimizer, lambda n: noam_lambda(n + 1, d_model, cfg.warmup, cfg.lr_factor))
     return optimizer, schedule

@@ -9,17 +9,23 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
+from datetime import timedelta
 from pathlib import Path
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
+from transformer_mt.callbacks import AtomicCheckpointIO, ExactResume
 from transformer_mt.config import (
     AlignConfig,
+    CheckpointingConfig,
     DataConfig,
+    OptimConfig,
+    TrainerConfig,
     check_keys,
 )
 from transformer_mt.data.tokenizer import Tokenizer
@@ -28,7 +34,7 @@ from transformer_mt.lit_module import TranslationModule
 from transformer_mt.metrics import corpus_bleu, corpus_chrf
 from transformer_mt.model import Transformer
 from transformer_mt.viz.alignment import draw_pair
-from transformer_mt.viz.curves import plot_curves, read_metrics
+from transformer_mt.viz.curves import metric_files, plot_curves, read_metrics, set_aside_metrics
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +47,11 @@ def run(cfg: DictConfig) -> dict:
     """
     started = time.perf_counter()
     check_keys(cfg)
-    out = Path(cfg.output_dir)
+    out = Path(cfg.resume or cfg.output_dir)
+    resume_from = _resume_checkpoint(cfg.resume) if cfg.resume else None
     out.mkdir(parents=True, exist_ok=True)
+    if resume_from is not None:
+        set_aside_metrics(out)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     L.seed_everything(cfg.seed, workers=True)
 
@@ -54,12 +63,16 @@ def run(cfg: DictConfig) -> dict:
     tokenizer = datamodule.tokenizer
     shutil.copyfile(tokenizer.path, out / "tokenizer.model")  # the run directory is self-contained
 
+    trainer_cfg: TrainerConfig = OmegaConf.to_object(cfg.trainer)
     model_cfg = replace(OmegaConf.to_object(cfg.model), vocab_size=tokenizer.vocab_size)
+    optim_cfg = OmegaConf.to_object(cfg.optim)
     module = TranslationModule.from_configs(
         model_cfg,
-        OmegaConf.to_object(cfg.optim),
+        optim_cfg,
         OmegaConf.to_object(cfg.decode),
         str(out / "tokenizer.model"),
+        on_nonfinite_loss=trainer_cfg.on_nonfinite_loss,
+        compile=trainer_cfg.compile,
     )
     n_params = sum(p.numel() for p in module.model.parameters())
     log.info(
@@ -70,27 +83,25 @@ def run(cfg: DictConfig) -> dict:
     )
 
     trainer = L.Trainer(
-        **OmegaConf.to_container(cfg.trainer),
+        **lightning_arguments(trainer_cfg),
         default_root_dir=out,
-        logger=CSVLogger(out, name="logs", version=""),
-        callbacks=[
-            ModelCheckpoint(
-                dirpath=out / "checkpoints",
-                filename="{epoch}-{step}",
-                monitor="step",
-                mode="max",
-                save_top_k=cfg.checkpoint.keep_last,
-                save_last=True,
-            )
-        ],
+        logger=build_loggers(trainer_cfg.loggers, out),
+        callbacks=[*checkpoint_callbacks(OmegaConf.to_object(cfg.checkpoint), out), ExactResume()],
+        plugins=[AtomicCheckpointIO()],
         use_distributed_sampler=False,  # TokenBatchSampler shards by rank itself
     )
-    trainer.fit(module, datamodule=datamodule)
+    step = tokens_per_step(trainer, optim_cfg, data_cfg)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    except torch.OutOfMemoryError as err:
+        raise RuntimeError(out_of_memory_message(module.last_batch, data_cfg, trainer)) from err
     val_bleu = float(trainer.callback_metrics.get("val/bleu", float("nan")))  # test() replaces them
     trainer.test(module, datamodule=datamodule, verbose=False)
     metrics = _report(module, datamodule, out)
     metrics["val_bleu"] = round(val_bleu, 2)
-    metrics.update(parameters=n_params, wall_seconds=round(time.perf_counter() - started, 1))
+    metrics.update(
+        parameters=n_params, wall_seconds=round(time.perf_counter() - started, 1), **step
+    )
     if trainer.is_global_zero:
         valid = datamodule.text["valid"]
         metrics["alignment"] = _draw_alignment(
@@ -103,6 +114,111 @@ def run(cfg: DictConfig) -> dict:
         _draw_curves(out)
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
     return metrics
+
+
+def lightning_arguments(cfg: TrainerConfig) -> dict:
+    """The ``lightning.Trainer`` arguments of ``cfg``: our own keys out, ``auto-mixed`` resolved."""
+    args = {k: v for k, v in asdict(cfg).items() if k not in NOT_TRAINER_ARGUMENTS}
+    if args["precision"] == "auto-mixed":
+        args["precision"] = (
+            "bf16-mixed"
+            if torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+            else "16-mixed"  # fp16 with dynamic loss scaling (Lightning's GradScaler)
+        )
+        log.info("precision: %s", args["precision"])
+    return args
+
+
+NOT_TRAINER_ARGUMENTS = {"compile", "on_nonfinite_loss", "loggers"}
+
+
+def build_loggers(names: list[str], out: Path) -> list:
+    """Lightning's loggers, all writing under ``out``; W&B and MLflow need their packages."""
+    loggers = []
+    for name in names:
+        if name == "csv":
+            loggers.append(CSVLogger(out, name="logs", version=""))
+        elif name == "tensorboard":
+            loggers.append(TensorBoardLogger(out, name="logs", version="", default_hp_metric=False))
+        elif name == "wandb":
+            from lightning.pytorch.loggers import WandbLogger
+
+            loggers.append(WandbLogger(save_dir=str(out), name=out.name))
+        elif name == "mlflow":
+            from lightning.pytorch.loggers import MLFlowLogger
+
+            loggers.append(MLFlowLogger(run_name=out.name, save_dir=str(out / "mlruns")))
+    return loggers
+
+
+def checkpoint_callbacks(cfg: CheckpointingConfig, out: Path) -> list[ModelCheckpoint]:
+    """Keep the last ``keep_last`` checkpoints written every N minutes and/or N steps (else per epoch)."""
+    common = dict(
+        dirpath=out / "checkpoints",
+        filename="{epoch}-{step}",
+        monitor="step",
+        mode="max",  # "best" = newest, so top-k = the last k
+        save_top_k=cfg.keep_last,
+        save_last=True,
+    )
+    callbacks = []
+    if cfg.every_minutes is not None:
+        callbacks.append(
+            ModelCheckpoint(**common, train_time_interval=timedelta(minutes=cfg.every_minutes))
+        )
+    if cfg.every_steps is not None:
+        callbacks.append(ModelCheckpoint(**common, every_n_train_steps=cfg.every_steps))
+    return callbacks or [ModelCheckpoint(**common)]
+
+
+def tokens_per_step(trainer: L.Trainer, optim: OptimConfig, data: DataConfig) -> dict:
+    """Derive gradient accumulation from ``optim.tokens_per_step`` for the devices present (§5.1).
+
+    Each device's micro-batch holds at most ``data.max_tokens`` padded tokens per side, so a
+    step holds about world_size · accumulation · max_tokens; the accumulation is the nearest
+    integer that brings this to the requested number.
+    """
+    per_micro_step = data.max_tokens * trainer.world_size
+    if optim.tokens_per_step is not None:
+        trainer.accumulate_grad_batches = max(1, round(optim.tokens_per_step / per_micro_step))
+    accumulate = trainer.accumulate_grad_batches
+    log.info(
+        "step size: %d device(s) x %d tokens x %d accumulated = %d padded target tokens per step%s",
+        trainer.world_size,
+        data.max_tokens,
+        accumulate,
+        per_micro_step * accumulate,
+        f" (optim.tokens_per_step={optim.tokens_per_step})" if optim.tokens_per_step else "",
+    )
+    return {
+        "world_size": trainer.world_size,
+        "accumulate_grad_batches": accumulate,
+        "max_tokens_per_step": per_micro_step * accumulate,
+    }
+
+
+def out_of_memory_message(batch: dict, data: DataConfig, trainer: L.Trainer) -> str:
+    shape = (
+        f"a batch of {batch['sentences']} sentences x {batch['source_length']} source / "
+        f"{batch['target_length']} target tokens ({batch['target_tokens']} real target tokens)"
+        if batch
+        else "the first batch"
+    )
+    return (
+        f"out of GPU memory on {shape} with data.max_tokens={data.max_tokens} and "
+        f"precision={trainer.precision}. Lower data.max_tokens (optim.tokens_per_step keeps the step "
+        f"size by accumulating more micro-batches), lower data.max_len, or use precision=bf16-mixed"
+    )
+
+
+def _resume_checkpoint(run_dir: str) -> Path:
+    ckpt = Path(run_dir) / "checkpoints" / "last.ckpt"
+    if not ckpt.is_file():
+        raise FileNotFoundError(
+            f"resume={run_dir}: no checkpoints/last.ckpt there; pass a run directory written by "
+            f"scripts/train.py that has saved a checkpoint (see checkpoint.every_steps)"
+        )
+    return ckpt
 
 
 def _report(module: TranslationModule, datamodule: TranslationDataModule, out: Path) -> dict:
@@ -163,6 +279,5 @@ def _draw_alignment(
 
 
 def _draw_curves(out: Path) -> None:
-    csv_path = out / "logs" / "metrics.csv"
-    if csv_path.exists():
-        plot_curves(read_metrics(csv_path)).savefig(out / "training_curves.png", dpi=120)
+    if metric_files(out):
+        plot_curves(read_metrics(out)).savefig(out / "training_curves.png", dpi=120)

@@ -24,9 +24,14 @@ class Batch:
     tgt_in: Tensor  # (B, T)
     tgt_out: Tensor  # (B, T)
     index: Tensor  # (B,) row numbers in the split, to put outputs back in order
-    n_tgt_tokens: (
-        int  # real target tokens (EOS included), counted on the CPU: no device sync per step
-    )
+    n_tgt_tokens: int  # real target tokens (EOS included), counted on the CPU: no device sync
+    n_src_tokens: int = 0  # real source tokens
+
+    @property
+    def padding(self) -> float:
+        """The share of both sides' padded tensors that is padding."""
+        real = self.n_src_tokens + self.n_tgt_tokens
+        return 1.0 - real / (self.src.numel() + self.tgt_out.numel())
 
 
 def pad(seqs: Sequence[Sequence[int]], value: int = PAD_ID) -> Tensor:
@@ -42,6 +47,7 @@ def collate(rows: list[dict]) -> Batch:
     tgt = [row["tgt_ids"] for row in rows]
     return Batch(
         n_tgt_tokens=sum(len(t) for t in tgt),
+        n_src_tokens=sum(len(row["src_ids"]) for row in rows),
         src=pad([row["src_ids"] for row in rows]),
         tgt_in=pad([[BOS_ID] + t[:-1] for t in tgt]),
         tgt_out=pad(tgt),
@@ -81,12 +87,24 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
         self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
         self._cached: tuple[int, list[list[int]]] | None = None
+        self._resume: tuple[int, int] | None = None  # (epoch, batches already trained)
         # Lightning calls set_epoch on ``loader.sampler`` and ``loader.batch_sampler.sampler``,
         # not on the batch sampler itself: without this, every epoch would replay epoch 0's order.
         self.sampler = self
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    def resume_at(self, epoch: int, batches_done: int) -> None:
+        """Make the next pass over ``epoch`` start after its first ``batches_done`` batches.
+
+        A run resumed from a checkpoint written mid-epoch then sees exactly the batches it
+        would have seen without the interruption (the order is a function of seed and epoch).
+        The sampler is also set to ``epoch``: Lightning creates a resumed run's first iterator
+        before it sets the epoch.
+        """
+        self.epoch = epoch
+        self._resume = (epoch, batches_done)
 
     def _batches(self) -> list[list[int]]:
         if self._cached is None or self._cached[0] != self.epoch:
@@ -118,7 +136,11 @@ class TokenBatchSampler(Sampler[list[int]]):
         batches = self._batches()
         per_rank = -(-len(batches) // self.num_replicas)
         batches += batches[: per_rank * self.num_replicas - len(batches)]
-        return iter(batches[self.rank :: self.num_replicas])
+        mine = batches[self.rank :: self.num_replicas]
+        if self._resume is not None and self._resume[0] == self.epoch:
+            mine = mine[self._resume[1] :]
+            self._resume = None
+        return iter(mine)
 
     def __len__(self) -> int:
         return -(-len(self._batches()) // self.num_replicas)

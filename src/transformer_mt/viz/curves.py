@@ -10,15 +10,41 @@ from matplotlib.figure import Figure
 PANELS = (("train/loss", "val/loss"), ("train/ppl", "val/ppl"), ("val/bleu",), ("train/lr",))
 
 
+def metric_files(run_dir: str | Path) -> list[Path]:
+    """A run's CSV logs, oldest first: one part per resumed session, then ``metrics.csv``."""
+    logs = Path(run_dir) / "logs"
+    parts = sorted(logs.glob("metrics.part*.csv"), key=lambda p: int(p.name[12:-4]))
+    current = logs / "metrics.csv"
+    return parts + ([current] if current.exists() else [])
+
+
+def set_aside_metrics(run_dir: str | Path) -> None:
+    """Before a resumed session: keep the CSV log as a part (Lightning's logger would delete it)."""
+    current = Path(run_dir) / "logs" / "metrics.csv"
+    if current.exists():
+        current.rename(current.with_name(f"metrics.part{len(metric_files(run_dir))}.csv"))
+
+
 def read_metrics(path: str | Path) -> dict[str, list[tuple[int, float]]]:
-    """metrics.csv -> {name: [(step, value), ...]} for every non-empty cell."""
+    """A metrics CSV, or a run directory's logs -> {name: [(step, value), ...]}.
+
+    For a run directory the parts of resumed sessions are joined; a later session replaces
+    what an earlier one logged from the later one's first step on (work done after the
+    checkpoint it resumed from, then done again).
+    """
+    path = Path(path)
     series: dict[str, list[tuple[int, float]]] = {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            step = int(float(row.get("step") or 0))
-            for name, value in row.items():
-                if name not in ("step", "epoch") and value not in ("", None):
-                    series.setdefault(name, []).append((step, float(value)))
+    for part in metric_files(path) if path.is_dir() else [path]:
+        session: dict[str, list[tuple[int, float]]] = {}
+        with open(part, newline="") as f:
+            for row in csv.DictReader(f):
+                step = int(float(row.get("step") or 0))
+                for name, value in row.items():
+                    if name not in ("step", "epoch") and value not in ("", None):
+                        session.setdefault(name, []).append((step, float(value)))
+        for name, points in session.items():
+            first = points[0][0]
+            series[name] = [p for p in series.get(name, []) if p[0] < first] + points
     return series
 
 

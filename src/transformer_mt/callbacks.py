@@ -1,0 +1,124 @@
+"""What Lightning leaves to us for the paper's training: atomic checkpoints and an exact resume.
+
+Lightning restores the model, optimizer, schedule, precision scaler, step and epoch counters.
+``ExactResume`` adds what it does not: the random number generators (dropout's draws) and the
+position inside the epoch, so that a run interrupted mid-epoch continues with the same batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+log = logging.getLogger(__name__)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Write each checkpoint to ``<name>.tmp``, flush it to disk, then rename it into place.
+
+    A rename within one directory is atomic on POSIX file systems, so a crash (or a full disk)
+    mid-write leaves the previous file intact instead of a truncated one.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options, got {storage_options!r}")
+        fs = get_filesystem(path)
+        if fs.protocol not in ("file", ("file", "local")) and "file" not in fs.protocol:
+            super().save_checkpoint(checkpoint, path)  # remote storage: its own semantics
+            return
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+def rng_states() -> dict[str, Any]:
+    """Every generator's state, as tensors and plain values (loadable with weights_only=True)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    states = {
+        "python": random.getstate(),
+        "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    random.setstate(states["python"])
+    kind, keys, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+class ExactResume(L.Callback):
+    """Save and restore RNG states and the position in the data.
+
+    The position is (epoch, batches of it already trained): the epoch's batch order is a
+    function of the seed and the epoch, so skipping those batches puts a resumed run on the
+    very batch the interrupted one would have trained next. Each rank stores its own RNG
+    states; the position is the same on every rank (each runs the same number of batches).
+    Needs a datamodule with ``resume_at(epoch, batches_done)`` (``TranslationDataModule``).
+    """
+
+    def __init__(self) -> None:
+        self.batches_done = 0  # batches trained in the current epoch
+        self._rng: dict[str, Any] | None = None
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.batches_done = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.batches_done += 1
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        checkpoint["rng_states"] = {trainer.global_rank: rng_states()}
+        if self.batches_done >= trainer.num_training_batches:  # the epoch is over
+            position = {"epoch": trainer.current_epoch + 1, "batches_done": 0}
+        else:
+            position = {"epoch": trainer.current_epoch, "batches_done": self.batches_done}
+        checkpoint["data_position"] = position
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        # Called before the training data loader exists, so the sampler can be positioned.
+        position = checkpoint.get("data_position")
+        if position is not None:
+            trainer.datamodule.resume_at(position["epoch"], position["batches_done"])
+            self.batches_done = position["batches_done"]
+            if position["batches_done"]:
+                log.info(
+                    "resuming epoch %d after its first %d batches",
+                    position["epoch"],
+                    position["batches_done"],
+                )
+        self._rng = checkpoint.get("rng_states", {}).get(trainer.global_rank)
+        if self._rng is None:
+            log.warning("the checkpoint has no RNG states for rank %d: dropout will differ", trainer.global_rank)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Restored last, after the data loader's iterator has drawn its own seed, exactly as
+        # it had when the checkpoint was written.
+        if self._rng is not None:
+            set_rng_states(self._rng)
+            self._rng = None
