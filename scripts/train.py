@@ -1,18 +1,48 @@
-"""Train, test and draw: ``python scripts/train.py [model=base] [data=...] [trainer=gpu] [key=value ...]``."""
+"""Train, test and draw: ``python scripts/train.py [model=base] [data=...] [trainer=gpu] [key=value ...]``.
+
+Continue an interrupted run where it stopped, with the configuration it was started with and
+any ``key=value`` changes (e.g. more steps): ``python scripts/train.py resume=<run dir> [key=value ...]``.
+"""
 
 from __future__ import annotations
 
-import hydra
-from omegaconf import DictConfig
+from pathlib import Path
 
-from transformer_mt.config import register_configs
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from transformer_mt.config import TrainConfig, register_configs
 from transformer_mt.train import run
 
 register_configs()
 
 
+def resumed_config(run_dir: str, overrides: list[str]) -> DictConfig:
+    """The run's saved config.yaml with the command line's ``key=value`` overrides applied."""
+    saved = Path(run_dir) / "config.yaml"
+    if not saved.is_file():
+        raise SystemExit(
+            f"resume={run_dir}: no config.yaml there; pass a run directory written by scripts/train.py"
+        )
+    changes = [o for o in overrides if not o.startswith(("resume=", "hydra."))]
+    groups = [o for o in changes if "." not in o.split("=", 1)[0]]
+    if groups:
+        raise SystemExit(
+            f"resume={run_dir}: {groups} would swap whole config groups of a run in progress; "
+            f"a resumed run keeps its model, data and trainer presets (change single keys instead, "
+            f"e.g. trainer.max_steps=200000)"
+        )
+    schema = OmegaConf.structured(TrainConfig)  # types and keys checked as on a fresh run
+    cfg = OmegaConf.merge(schema, OmegaConf.load(saved), OmegaConf.from_dotlist(changes))
+    cfg.resume = str(run_dir)
+    return cfg
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> None:
+    if cfg.resume:
+        cfg = resumed_config(cfg.resume, list(HydraConfig.get().overrides.task))
     run(cfg)
 
 

@@ -16,7 +16,7 @@ SMALL = [
     "data.valid_size=20",
     "data.test_size=10",
     "data.vocab_size=300",
-    "data.max_tokens=400",  # ~11 batches per epoch, so a resume can land mid-epoch
+    "data.max_tokens=400",  # 23 batches per epoch, so a resume can land mid-epoch
     "model.n_layers=1",
     "model.d_model=32",
     "model.d_ff=64",
@@ -46,14 +46,29 @@ def _losses(run_dir: Path) -> dict[int, float]:
     return {step + 1: loss for step, loss in read_metrics(run_dir)["train/loss"]}
 
 
-def test_n_steps_then_resume_then_n_steps_equals_2n_straight(tmp_path) -> None:
-    n = 14  # an epoch has ~11 batches: the checkpoint at step 14 is mid-epoch 1
+@pytest.mark.parametrize("n", [26, 23], ids=["mid-epoch", "epoch-end"])
+def test_n_steps_then_resume_then_n_steps_equals_2n_straight(tmp_path, n: int) -> None:
+    """An epoch has 23 batches: step 26 is mid-epoch 1, step 23 the last batch of epoch 0."""
     run(_compose(tmp_path, f"output_dir={tmp_path / 'straight'}", f"trainer.max_steps={2 * n}"))
     first = tmp_path / "interrupted"
-    run(_compose(tmp_path, f"output_dir={first}", f"trainer.max_steps={n}", f"checkpoint.every_steps={n}"))
+    run(
+        _compose(
+            tmp_path, f"output_dir={first}", f"trainer.max_steps={n}", f"checkpoint.every_steps={n}"
+        )
+    )
     ckpt = torch.load(first / "checkpoints" / "last.ckpt", weights_only=True)
-    assert ckpt["global_step"] == n and 0 < ckpt["data_position"]["batches_done"]
-    run(_compose(tmp_path, f"output_dir={tmp_path / 'ignored'}", f"resume={first}", f"trainer.max_steps={2 * n}"))
+    assert ckpt["global_step"] == n
+    assert ckpt["data_position"] == (
+        {"epoch": 1, "batches_done": 3} if n == 26 else {"epoch": 1, "batches_done": 0}
+    )
+    run(
+        _compose(
+            tmp_path,
+            f"output_dir={tmp_path / 'ignored'}",
+            f"resume={first}",
+            f"trainer.max_steps={2 * n}",
+        )
+    )
 
     straight, resumed = _losses(tmp_path / "straight"), _losses(first)
     assert sorted(straight) == list(range(1, 2 * n + 1))
@@ -65,3 +80,171 @@ def test_n_steps_then_resume_then_n_steps_equals_2n_straight(tmp_path) -> None:
 def test_resume_needs_a_run_with_a_checkpoint(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="no checkpoints/last.ckpt there"):
         run(_compose(tmp_path, f"output_dir={tmp_path / 'x'}", f"resume={tmp_path}"))
+
+
+def test_a_crash_mid_write_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch) -> None:
+    from transformer_mt.callbacks import AtomicCheckpointIO
+
+    io = AtomicCheckpointIO()
+    path = tmp_path / "last.ckpt"
+    io.save_checkpoint({"step": 1, "w": torch.ones(3)}, path)
+
+    def crash(obj, f, *args, **kwargs):
+        f.write(b"half a checkpoint")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError, match="No space left"):
+        io.save_checkpoint({"step": 2, "w": torch.zeros(3)}, path)
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True)["step"] == 1  # the old one, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]  # no temporary left
+
+
+def test_tokens_per_step_sets_accumulation_and_logs_it(tmp_path) -> None:
+    out = tmp_path / "run"
+    metrics = run(
+        _compose(
+            tmp_path,
+            f"output_dir={out}",
+            "trainer.max_steps=3",
+            "optim.tokens_per_step=1200",  # 3 micro-batches of 400 tokens per optimizer step
+            "checkpoint.every_steps=1",
+            "checkpoint.keep_last=2",
+            "trainer.loggers=[csv,tensorboard]",
+        )
+    )
+    assert metrics["accumulate_grad_batches"] == 3 and metrics["max_tokens_per_step"] == 1200
+    assert metrics["steps"] == 3  # optimizer steps, not micro-batches
+    lr = dict(_series(out, "train/lr"))
+    from transformer_mt.optim import noam_lambda
+
+    # The schedule advanced once per optimizer step (tiny selects warm-up 400).
+    assert lr[2] == pytest.approx(noam_lambda(3, 32, 400))
+    names = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert names == ["epoch=0-step=2.ckpt", "epoch=0-step=3.ckpt", "last.ckpt"]  # the last 2 kept
+    assert list((out / "logs").glob("events.out.tfevents.*"))  # TensorBoard beside the CSV
+    assert 0.0 <= dict(_series(out, "train/padding"))[0] < 0.5
+
+
+def _series(run_dir: Path, name: str) -> list[tuple[int, float]]:
+    from transformer_mt.viz.curves import read_metrics
+
+    return read_metrics(run_dir)[name]
+
+
+def _poison(monkeypatch, at_call: int) -> None:
+    """Make the label-smoothed loss NaN on its ``at_call``-th training call."""
+    from transformer_mt import lit_module
+
+    real, calls = lit_module.label_smoothed_nll, {"n": 0}
+
+    def poisoned(logits, target, epsilon):
+        loss, nll = real(logits, target, epsilon)
+        if logits.requires_grad:
+            calls["n"] += 1
+            if calls["n"] == at_call:
+                loss = loss * float("nan")
+        return loss, nll
+
+    monkeypatch.setattr(lit_module, "label_smoothed_nll", poisoned)
+
+
+def test_a_nonfinite_loss_stops_naming_step_and_batch(tmp_path, monkeypatch) -> None:
+    _poison(monkeypatch, at_call=3)
+    with pytest.raises(
+        FloatingPointError, match=r"non-finite training loss \(nan\) at step 2 .*sentences"
+    ):
+        run(_compose(tmp_path, f"output_dir={tmp_path / 'run'}", "trainer.max_steps=5"))
+
+
+def test_a_nonfinite_loss_can_be_skipped(tmp_path, monkeypatch, caplog) -> None:
+    _poison(monkeypatch, at_call=3)
+    out = tmp_path / "run"
+    run(
+        _compose(
+            tmp_path, f"output_dir={out}", "trainer.max_steps=5", "trainer.on_nonfinite_loss=skip"
+        )
+    )
+    losses = _series(out, "train/loss")
+    assert all(loss == loss for _, loss in losses)  # nothing NaN was logged or trained on
+    assert _series(out, "train/skipped")[-1][1] == 1.0
+    assert "step skipped (1 so far)" in caplog.text
+
+
+def test_out_of_memory_message_names_the_batch_and_the_knobs() -> None:
+    from types import SimpleNamespace
+
+    from transformer_mt.config import DataConfig
+    from transformer_mt.train import out_of_memory_message
+
+    batch = {"sentences": 96, "source_length": 41, "target_length": 44, "target_tokens": 3510}
+    message = out_of_memory_message(
+        batch,
+        DataConfig(name="x", cache_dir="/tmp", max_tokens=4096),
+        SimpleNamespace(precision="16-mixed"),
+    )
+    assert "96 sentences x 41 source / 44 target tokens" in message
+    assert "data.max_tokens=4096" in message and "optim.tokens_per_step" in message
+
+
+def test_gpu_preset_resolves_mixed_precision_for_the_hardware() -> None:
+    from transformer_mt.config import TrainerConfig
+    from transformer_mt.train import lightning_arguments
+
+    args = lightning_arguments(TrainerConfig(accelerator="gpu", precision="auto-mixed"))
+    expected = (
+        "bf16-mixed" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "16-mixed"
+    )
+    assert args["precision"] == expected
+    assert not {"compile", "on_nonfinite_loss", "loggers"} & set(args)  # ours, not Lightning's
+
+
+def test_ddp_on_two_cpu_processes_trains_and_resumes(tmp_path) -> None:
+    """The distributed path, through the real entry point: Lightning launches the second process."""
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    out = tmp_path / "ddp"
+    common = [
+        f"data.cache_dir={tmp_path / 'cache'}",
+        *SMALL,
+        "trainer=ddp_cpu",
+        "checkpoint.every_steps=4",
+        "optim.tokens_per_step=1600",
+    ]
+    first = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "train.py"),
+            *common,
+            f"hydra.run.dir={out}",
+            "trainer.max_steps=4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "2 device(s) x 400 tokens x 2 accumulated = 1600" in first.stderr + first.stdout
+    ckpt = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == 4 and set(ckpt["rng_states"]) == {
+        0,
+        1,
+    }  # gathered from both ranks
+    assert not torch.equal(ckpt["rng_states"][0]["torch"], ckpt["rng_states"][1]["torch"])
+    second = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "train.py"),
+            f"resume={out}",
+            "trainer.max_steps=6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 6

@@ -31,7 +31,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
         if storage_options is not None:
-            raise TypeError(f"{type(self).__name__} takes no storage_options, got {storage_options!r}")
+            raise TypeError(
+                f"{type(self).__name__} takes no storage_options, got {storage_options!r}"
+            )
         fs = get_filesystem(path)
         if fs.protocol not in ("file", ("file", "local")) and "file" not in fs.protocol:
             super().save_checkpoint(checkpoint, path)  # remote storage: its own semantics
@@ -63,13 +65,24 @@ def rng_states() -> dict[str, Any]:
     return states
 
 
+def _cuda_state() -> torch.Tensor | None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.get_rng_state()
+    return None
+
+
 def set_rng_states(states: dict[str, Any]) -> None:
-    random.setstate(states["python"])
-    kind, keys, pos, has_gauss, gauss = states["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
-    torch.set_rng_state(states["torch"])
+    if "python" in states:
+        random.setstate(states["python"])
+    if "numpy" in states:
+        kind, keys, pos, has_gauss, gauss = states["numpy"]
+        np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(states["torch"].clone())
     if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
+        if len(states["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(states["cuda"])
+        else:  # one device per process (DDP): this rank's own generator
+            torch.cuda.set_rng_state(states["cuda"][0])
 
 
 class ExactResume(L.Callback):
@@ -94,6 +107,19 @@ class ExactResume(L.Callback):
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
         checkpoint["rng_states"] = {trainer.global_rank: rng_states()}
+        if trainer.world_size > 1:
+            # Every rank runs this (only rank 0 writes the file): gather each rank's torch
+            # generators, which draw its dropout masks. Python's and NumPy's stay rank 0's;
+            # training draws nothing from them (the sampler has its own seeded generator).
+            for key, get in (("torch", torch.get_rng_state), ("cuda", _cuda_state)):
+                mine = get()
+                if mine is None:
+                    continue
+                every = trainer.strategy.all_gather(mine.to(pl_module.device)).cpu()  # (W, n)
+                for rank in range(trainer.world_size):
+                    states = checkpoint["rng_states"].setdefault(rank, {})
+                    row = every[rank].clone()  # its own storage: set_rng_state ignores offsets
+                    states[key] = row if key == "torch" else [row]
         if self.batches_done >= trainer.num_training_batches:  # the epoch is over
             position = {"epoch": trainer.current_epoch + 1, "batches_done": 0}
         else:
@@ -114,7 +140,10 @@ class ExactResume(L.Callback):
                 )
         self._rng = checkpoint.get("rng_states", {}).get(trainer.global_rank)
         if self._rng is None:
-            log.warning("the checkpoint has no RNG states for rank %d: dropout will differ", trainer.global_rank)
+            log.warning(
+                "the checkpoint has no RNG states for rank %d: dropout will differ",
+                trainer.global_rank,
+            )
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Restored last, after the data loader's iterator has drawn its own seed, exactly as
@@ -122,3 +151,26 @@ class ExactResume(L.Callback):
         if self._rng is not None:
             set_rng_states(self._rng)
             self._rng = None
+
+
+class FinalCheckpoint(L.Callback):
+    """Write ``last.ckpt`` at the step where training stops, wherever the schedules fall.
+
+    Checkpoints every N steps or minutes need not land on the last step (max_steps, max_time,
+    max_epochs), and ``last.ckpt`` is what evaluation and ``resume=`` read. Saved from the same
+    hooks as Lightning's own checkpoints, so a resume from it continues like one from those.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        at_max_steps = 0 < trainer.max_steps <= trainer.global_step
+        if at_max_steps or trainer.should_stop:
+            trainer.save_checkpoint(self.path)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        limit = trainer.max_epochs
+        last_epoch = limit is not None and limit > 0 and trainer.current_epoch + 1 >= limit
+        if last_epoch or trainer.should_stop:
+            trainer.save_checkpoint(self.path)

@@ -126,7 +126,9 @@ class OptimConfig:
         if self.warmup <= 0:
             raise ValueError(f"optim.warmup must be positive, got {self.warmup}")
         if self.tokens_per_step is not None and self.tokens_per_step <= 0:
-            raise ValueError(f"optim.tokens_per_step must be positive or null, got {self.tokens_per_step}")
+            raise ValueError(
+                f"optim.tokens_per_step must be positive or null, got {self.tokens_per_step}"
+            )
         if self.fused not in (True, False, "auto"):
             raise ValueError(f"optim.fused must be true, false or auto, got {self.fused!r}")
 

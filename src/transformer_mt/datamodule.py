@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import lightning as L
+import torch
 from datasets import DatasetDict
 from torch.utils.data import DataLoader
 
@@ -54,9 +55,14 @@ class TranslationDataModule(L.LightningDataModule):
             batch_sampler=sampler,
             collate_fn=collate,
             num_workers=self.cfg.num_workers,
+            # Its own generator: creating an iterator then draws no number from the global one,
+            # whose state (dropout's) an exact resume restores.
+            generator=torch.Generator().manual_seed(self.seed),
             persistent_workers=self.cfg.num_workers > 0,
             # page-locked host memory lets the copy to the GPU overlap compute
-            pin_memory=bool(trainer and trainer.accelerator.__class__.__name__ == "CUDAAccelerator"),
+            pin_memory=bool(
+                trainer and trainer.accelerator.__class__.__name__ == "CUDAAccelerator"
+            ),
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -101,7 +101,9 @@ class TranslationModule(L.LightningModule):
         # Per-token mean, so the gradient scale does not depend on how full the batch is.
         mean = loss / n_tokens
         finite = bool(torch.isfinite(mean))
-        finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)  # every rank agrees
+        finite = self.trainer.strategy.reduce_boolean_decision(
+            finite, all=True
+        )  # every rank agrees
         if not finite:
             return self._nonfinite(mean, batch, batch_idx)
         now = time.perf_counter()

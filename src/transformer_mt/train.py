@@ -19,7 +19,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_mt.callbacks import AtomicCheckpointIO, ExactResume
+from transformer_mt.callbacks import AtomicCheckpointIO, ExactResume, FinalCheckpoint
 from transformer_mt.config import (
     AlignConfig,
     CheckpointingConfig,
@@ -86,7 +86,11 @@ def run(cfg: DictConfig) -> dict:
         **lightning_arguments(trainer_cfg),
         default_root_dir=out,
         logger=build_loggers(trainer_cfg.loggers, out),
-        callbacks=[*checkpoint_callbacks(OmegaConf.to_object(cfg.checkpoint), out), ExactResume()],
+        callbacks=[
+            ExactResume(),
+            FinalCheckpoint(out / "checkpoints" / "last.ckpt"),
+            *checkpoint_callbacks(OmegaConf.to_object(cfg.checkpoint), out),
+        ],
         plugins=[AtomicCheckpointIO()],
         use_distributed_sampler=False,  # TokenBatchSampler shards by rank itself
     )
