@@ -78,9 +78,10 @@ def test_worked_example_5_el_gato_negro() -> None:
     torch.testing.assert_close(out[0], torch.tensor([0.50, 0.36]), atol=0.01, rtol=0)
 
 
+@pytest.mark.parametrize("d_k", [None, 2], ids=["d_k=d_model/h", "d_k=2 (Table 3 B)"])
 @pytest.mark.parametrize("cross", [False, True])
-def test_module_fast_and_explicit_paths_agree(cross: bool) -> None:
-    mha = MultiHeadAttention(16, 4, cross=cross).eval()
+def test_module_fast_and_explicit_paths_agree(cross: bool, d_k: int | None) -> None:
+    mha = MultiHeadAttention(16, 4, cross=cross, d_k=d_k).eval()
     x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
     if cross:
         mask, kwargs = (
@@ -126,3 +127,17 @@ def test_attention_dropout_acts_in_training_only() -> None:
 def test_bad_head_count_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="not divisible by n_heads"):
         MultiHeadAttention(10, 3)
+
+
+def test_narrow_keys_follow_the_formula_with_their_own_scale() -> None:
+    """Table 3 row (B): d_k = 2 < d_v = 4; scores are scaled by 1/√d_k, not 1/√d_v."""
+    mha = MultiHeadAttention(8, 2, d_k=2).eval()
+    assert mha.qkv.weight.shape == (2 * 2 * 2 + 8, 8)
+    x = torch.randn(1, 3, 8)
+    q, k, v = (mha.qkv(x)[0]).split([4, 4, 8], dim=-1)
+    heads = []
+    for h in range(2):
+        qh, kh, vh = q[:, 2 * h : 2 * h + 2], k[:, 2 * h : 2 * h + 2], v[:, 4 * h : 4 * h + 4]
+        heads.append(((qh @ kh.T) / math.sqrt(2)).softmax(-1) @ vh)
+    expected = mha.out(torch.cat(heads, dim=-1))
+    torch.testing.assert_close(mha(x)[0][0], expected)

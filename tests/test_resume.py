@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -248,3 +249,38 @@ def test_ddp_on_two_cpu_processes_trains_and_resumes(tmp_path) -> None:
     )
     assert second.returncode == 0, second.stderr[-3000:]
     assert torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 6
+
+
+def test_a_multirun_sweep_writes_one_results_table(tmp_path) -> None:
+    """Two jobs of a Hydra sweep (as the Table 3 rows run), one table at the end."""
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    sweep = tmp_path / "sweep"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "train.py"),
+            "-m",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            *SMALL,
+            "trainer.max_steps=3",
+            "model.n_heads=1,4",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = list(csv.DictReader(open(sweep / "results.csv")))
+    assert [
+        ("model.n_heads=1" in r["overrides"], "model.n_heads=4" in r["overrides"]) for r in rows
+    ] == [
+        (True, False),
+        (False, True),
+    ]
+    assert all(float(r["val_ppl"]) > 1 and r["steps"] == "3" for r in rows)
+    assert "| job | overrides | parameters |" in (sweep / "results.md").read_text()

@@ -8,6 +8,7 @@ a silently ignored setting. Model code receives a ``TransformerConfig``, never a
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -23,6 +24,9 @@ class TransformerConfig:
     d_model: int = 512
     d_ff: int = 2048  # inner FFN width, 2048 in base
     n_heads: int = 8  # h
+    d_k: int | None = (
+        None  # query/key width per head; None: d_model / h (d_v is always d_model / h)
+    )
     dropout: float = 0.1  # P_drop: sub-layer outputs and embedding + position sums
     attention_dropout: float = 0.0  # on attention weights; the paper uses none
     label_smoothing: float = 0.1  # ε_ls
@@ -37,6 +41,8 @@ class TransformerConfig:
         for key in ("n_layers", "d_model", "d_ff", "n_heads", "max_positions"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"model.{key} must be positive, got {getattr(self, key)}")
+        if self.d_k is not None and self.d_k <= 0:
+            raise ValueError(f"model.d_k must be positive or null, got {self.d_k}")
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"model.d_model={self.d_model} must be divisible by model.n_heads={self.n_heads}"
@@ -160,7 +166,9 @@ class TrainerConfig:
     accumulate_grad_batches: int = 1
     log_every_n_steps: int = 50
     val_check_interval: Any = None
-    check_val_every_n_epoch: int = 1
+    check_val_every_n_epoch: int | None = (
+        1  # None with an integer val_check_interval: every N batches
+    )
     num_sanity_val_steps: int = 0
     limit_train_batches: Any = None
     limit_val_batches: Any = None
@@ -206,6 +214,9 @@ class CheckpointingConfig:
     keep_last: int = 5  # -1 keeps them all
     every_minutes: float | None = None  # the paper: 10
     every_steps: int | None = None
+    average_last: int = (
+        1  # what scripts/evaluate.py averages for this run by default (paper: 5, 20)
+    )
 
     def __post_init__(self) -> None:
         for name in ("every_minutes", "every_steps"):
@@ -270,7 +281,17 @@ def check_keys(cfg: DictConfig, schema: type = None, prefix: str = "") -> None:
             check_keys(cfg[key], child, f"{prefix}{key}.")
 
 
+def run_average_last(run_dir: str) -> int:
+    """``checkpoint.average_last`` of a run's saved config (1 when it has none)."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        return 1
+    return int(OmegaConf.select(OmegaConf.load(path), "checkpoint.average_last", default=1))
+
+
 def register_configs() -> None:
     """Register the schemas that ``conf/train.yaml`` and ``conf/evaluate.yaml`` are validated against."""
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
     ConfigStore.instance().store(name="evaluate_schema", node=EvaluateConfig)
+    if not OmegaConf.has_resolver("run_average_last"):
+        OmegaConf.register_new_resolver("run_average_last", run_average_last)

@@ -210,6 +210,7 @@ class TranslationModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self._log_bleu("val", "valid")
+        self.validated_at_step = self.global_step
 
     def on_test_epoch_end(self) -> None:
         self._log_bleu("test", "test")

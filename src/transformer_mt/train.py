@@ -99,10 +99,14 @@ def run(cfg: DictConfig) -> dict:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
     except torch.OutOfMemoryError as err:
         raise RuntimeError(out_of_memory_message(module.last_batch, data_cfg, trainer)) from err
+    if getattr(module, "validated_at_step", None) != trainer.global_step:
+        trainer.validate(module, datamodule=datamodule, verbose=False)  # dev figures of the end
     val_bleu = float(trainer.callback_metrics.get("val/bleu", float("nan")))  # test() replaces them
+    val_ppl = float(trainer.callback_metrics.get("val/ppl", float("nan")))
     trainer.test(module, datamodule=datamodule, verbose=False)
     metrics = _report(module, datamodule, out)
     metrics["val_bleu"] = round(val_bleu, 2)
+    metrics["val_ppl"] = round(val_ppl, 3)
     metrics.update(
         parameters=n_params, wall_seconds=round(time.perf_counter() - started, 1), **step
     )

@@ -60,18 +60,22 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         cross: bool = False,
         bias: bool = True,
+        d_k: int | None = None,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads  # d_v
+        # d_k, the query/key width of a head: d_model / h in the paper except Table 3 row (B).
+        self.key_dim = d_k or self.head_dim
+        self.qk_width = n_heads * self.key_dim
         self.dropout, self.cross = dropout, cross
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)  # W^Q; W^K; W^V
+        self.qkv = nn.Linear(d_model, 2 * self.qk_width + d_model, bias=bias)  # W^Q; W^K; W^V
         self.out = nn.Linear(d_model, d_model, bias=bias)  # W^O
 
     def _split_heads(self, x: Tensor) -> Tensor:
-        B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
+        B, T, width = x.shape
+        return x.view(B, T, self.n_heads, width // self.n_heads).transpose(1, 2)  # (B, H, T, d)
 
     def _rows(self, start: int, stop: int | None) -> tuple[Tensor, Tensor | None]:
         bias = self.qkv.bias
@@ -83,8 +87,10 @@ class MultiHeadAttention(nn.Module):
         Args:
             memory: (B, S, D) encoder output.
         """
-        k, v = F.linear(memory, *self._rows(self.d_model, None)).split(self.d_model, dim=-1)
-        return LayerCache.of(self._split_heads(k), self._split_heads(v))  # 2 x (B, H, S, Dh)
+        k, v = F.linear(memory, *self._rows(self.qk_width, None)).split(
+            [self.qk_width, self.d_model], dim=-1
+        )
+        return LayerCache.of(self._split_heads(k), self._split_heads(v))  # (B, H, S, d_k | d_v)
 
     def forward(
         self,
@@ -110,10 +116,13 @@ class MultiHeadAttention(nn.Module):
         """
         # 1) Project from D to H heads of Dh.
         if self.cross:
-            q = self._split_heads(F.linear(x, *self._rows(0, self.d_model)))  # (B, H, Tq, Dh)
+            q = self._split_heads(F.linear(x, *self._rows(0, self.qk_width)))  # (B, H, Tq, d_k)
             kv = cache if cache is not None else self.project_memory(memory)
         else:
-            q, k, v = (self._split_heads(t) for t in self.qkv(x).split(self.d_model, dim=-1))
+            q, k, v = (
+                self._split_heads(t)
+                for t in self.qkv(x).split([self.qk_width, self.qk_width, self.d_model], dim=-1)
+            )
             # Incremental decoding: the new position joins the cached ones (B, H, Tk, Dh).
             kv = cache.append(k, v) if cache is not None else LayerCache.of(k, v)
         # 2) Scaled dot-product attention on all heads in parallel.

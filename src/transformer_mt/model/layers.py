@@ -58,7 +58,9 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.self_attn = MultiHeadAttention(
+            cfg.d_model, cfg.n_heads, cfg.attention_dropout, d_k=cfg.d_k
+        )
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
         self.norm_attn = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
         self.norm_ffn = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
@@ -78,9 +80,11 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.self_attn = MultiHeadAttention(
+            cfg.d_model, cfg.n_heads, cfg.attention_dropout, d_k=cfg.d_k
+        )
         self.cross_attn = MultiHeadAttention(
-            cfg.d_model, cfg.n_heads, cfg.attention_dropout, cross=True
+            cfg.d_model, cfg.n_heads, cfg.attention_dropout, cross=True, d_k=cfg.d_k
         )
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
         self.norm_self = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
