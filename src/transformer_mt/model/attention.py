@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_mt.model.cache import LayerCache
+from transformer_mt.model.masks import causal_mask
 
 
 def scaled_dot_product_attention(
@@ -99,6 +100,7 @@ class MultiHeadAttention(nn.Module):
         memory: Tensor | None = None,
         cache: LayerCache | None = None,
         need_weights: bool = False,
+        causal: bool = False,
     ) -> tuple[Tensor, LayerCache, Tensor | None]:
         """Attend from ``x`` to itself (self-attention) or to the encoder output (cross).
 
@@ -109,6 +111,8 @@ class MultiHeadAttention(nn.Module):
             cache: self-attention: K/V of earlier positions, extended by this call's
                 (incremental decoding); cross-attention: ``project_memory(memory)``.
             need_weights: also return the per-head weights.
+            causal: query t sees keys <= t only (instead of ``mask``): the fused kernel then
+                skips the masked half rather than reading a (T, T) mask.
 
         Returns:
             output (B, Tq, D); the K/V to pass as ``cache`` next step; weights
@@ -127,13 +131,21 @@ class MultiHeadAttention(nn.Module):
             kv = cache.append(k, v) if cache is not None else LayerCache.of(k, v)
         # 2) Scaled dot-product attention on all heads in parallel.
         p = self.dropout if self.training else 0.0
+        if causal and mask is not None:
+            raise ValueError("pass either a mask or causal=True, not both")
         if need_weights:
+            if causal:
+                mask = causal_mask(q.size(2), q.device)
             y, weights = scaled_dot_product_attention(q, kv.keys, kv.values, mask, p)
         else:
-            y, weights = (
-                F.scaled_dot_product_attention(q, kv.keys, kv.values, attn_mask=mask, dropout_p=p),
-                None,
+            if mask is not None and mask.device.type == "cpu" and bool(mask.all()):
+                # No padding in this batch: the CPU kernel runs faster without a mask. (On a
+                # GPU the check would cost a device sync per call, and masks cost little there.)
+                mask = None
+            y = F.scaled_dot_product_attention(
+                q, kv.keys, kv.values, attn_mask=mask, dropout_p=p, is_causal=causal
             )
+            weights = None
         # 3) "Concat" the heads and apply W^O.
         B, _, Tq, _ = y.shape
         y = y.transpose(1, 2).reshape(B, Tq, self.d_model)  # (B, Tq, D)

@@ -107,7 +107,8 @@ class DecoderLayer(nn.Module):
             x: (B, T, D) decoder states.
             memory: (B, S, D) encoder output (may be None when ``cross_cache`` holds it).
             self_mask: (B, 1, T, T) causal and padding mask; None for one new position,
-                which may see every cached one.
+                which may see every cached one, or for a whole right-padded target with
+                the causal mask alone (a real position's earlier keys are all real).
             memory_mask: (B, 1, 1, S) source padding mask.
             self_cache, cross_cache: K/V from earlier steps (see ``MultiHeadAttention``).
             need_weights: also return the attention weights (slower reference path).
@@ -118,7 +119,11 @@ class DecoderLayer(nn.Module):
         """
         # 1) Masked self-attention.
         y, self_kv, self_weights = self.self_attn(
-            self.norm_self.enter(x), self_mask, cache=self_cache, need_weights=need_weights
+            self.norm_self.enter(x),
+            self_mask,
+            cache=self_cache,
+            need_weights=need_weights,
+            causal=self_mask is None and self_cache is None,
         )
         x = self.norm_self.exit(x, y)
         # 2) Encoder-decoder attention: queries from the decoder, keys and values from the encoder.

@@ -186,7 +186,10 @@ class Transformer(nn.Module):
         Returns:
             logits (B, T, V) and the cross-attention weights per layer, each (B, H, T, S).
         """
-        self_mask = decoder_self_mask(tgt_in, self.cfg.pad_id)  # (B, 1, T, T)
+        # Targets are right-padded, so the causal mask alone leaves every real position with
+        # real keys only; pad positions compute garbage the loss ignores. With need_weights the
+        # full mask is used so that pad keys get exactly zero weight in what is returned.
+        self_mask = decoder_self_mask(tgt_in, self.cfg.pad_id) if need_weights else None
         states, weights, _ = self.decoder(
             tgt_in, memory, memory_mask, self_mask, need_weights=need_weights
         )

@@ -1,0 +1,225 @@
+"""Speed of one full training step against ``torch.nn.Transformer``, and model FLOPs utilisation.
+
+    python benchmarks/train_step.py                     # CPU, 2 threads, base shape (the README figure)
+    python benchmarks/train_step.py --device cuda --dtype bf16 --shapes base big --batch 256
+
+A step is forward, label-smoothed loss (ε 0.1), backward and Adam(0.9, 0.98, 1e-9) on a batch of
+``--batch`` sentences x ``--length`` tokens on each side, a tied ``--vocab``-token embedding and
+dropout 0.1 on the residual branches and the embeddings. The baseline is ``torch.nn.Transformer``
+with the same shape, batch, embeddings (token · √d + sinusoidal positions, tied output), loss and
+optimizer; its attention-weight and FFN-inner dropout are set to 0, as ours has none there (§5.4).
+Steps alternate between the two models, so machine noise hits both alike; the ratio is of medians.
+
+MFU = achieved FLOP/s / the machine's matmul FLOP/s, both measured in this run. Model FLOPs are
+counted analytically (matmuls only: projections, attention scores and sums, FFN, output layer),
+times 3 for forward + backward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_mt import Transformer, TransformerConfig
+from transformer_mt.config import OptimConfig
+from transformer_mt.lit_module import label_smoothed_nll
+from transformer_mt.model.embeddings import SinusoidalPositionalEncoding
+from transformer_mt.optim import build_optimizer
+
+SHAPES = {
+    "base": dict(n_layers=6, d_model=512, d_ff=2048, n_heads=8),
+    "big": dict(n_layers=6, d_model=1024, d_ff=4096, n_heads=16),
+}
+
+
+class TorchTransformerMT(nn.Module):
+    """``nn.Transformer`` with the paper's embeddings and a tied output layer: the baseline."""
+
+    def __init__(
+        self, vocab: int, n_layers: int, d_model: int, d_ff: int, n_heads: int, dropout: float
+    ):
+        super().__init__()
+        self.d_model = d_model
+        self.embed = nn.Embedding(vocab, d_model, padding_idx=0)
+        nn.init.normal_(self.embed.weight, std=d_model**-0.5)
+        self.positions = SinusoidalPositionalEncoding(d_model, 1024)
+        self.dropout = nn.Dropout(dropout)
+        self.core = nn.Transformer(
+            d_model, n_heads, n_layers, n_layers, d_ff, dropout, batch_first=True
+        )
+        for layer in [*self.core.encoder.layers, *self.core.decoder.layers]:
+            layer.dropout.p = 0.0  # FFN inner dropout: the paper has none
+            layer.self_attn.dropout = 0.0  # attention-weight dropout: none either
+            if hasattr(layer, "multihead_attn"):
+                layer.multihead_attn.dropout = 0.0
+
+    def _embed(self, ids):
+        return self.dropout(self.embed(ids) * math.sqrt(self.d_model) + self.positions(ids.size(1)))
+
+    def forward(self, src, tgt_in):
+        T = tgt_in.size(1)
+        mask = torch.ones(T, T, dtype=torch.bool).triu(
+            1
+        )  # True = may not attend, as its padding masks
+        h = self.core(
+            self._embed(src),
+            self._embed(tgt_in),
+            tgt_mask=mask.to(src.device),
+            src_key_padding_mask=src == 0,
+            tgt_key_padding_mask=tgt_in == 0,
+            memory_key_padding_mask=src == 0,
+            tgt_is_causal=True,
+        )
+        return F.linear(h, self.embed.weight)
+
+
+def train_flops(cfg: TransformerConfig, B: int, S: int, T: int) -> float:
+    """Matmul FLOPs of one forward + backward (3 x forward), per the shapes."""
+    d, f, L, V = cfg.d_model, cfg.d_ff, cfg.n_layers, cfg.vocab_size
+    dk = cfg.d_k or d // cfg.n_heads
+    qk = cfg.n_heads * dk
+    enc = L * S * (2 * d * (2 * qk + d) + 2 * d * d + 2 * S * (qk + d) + 4 * d * f)
+    dec_self = T * (2 * d * (2 * qk + d) + 2 * d * d + 2 * T * (qk + d))
+    dec_cross = T * (2 * d * qk + 2 * d * d + 2 * S * (qk + d)) + S * 2 * d * (qk + d)
+    dec = L * (dec_self + dec_cross + T * 4 * d * f)
+    out = T * 2 * d * V
+    return 3.0 * B * (enc + dec + out)
+
+
+def matmul_flops_per_s(device: str, dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
+    """The machine's dense matmul throughput: the best of a few n x n products."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        _sync(device)
+        t = time.perf_counter()
+        (a @ b).sum().item()
+        _sync(device)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--shapes", nargs="+", default=["base"], choices=list(SHAPES))
+    parser.add_argument("--batch", type=int, default=80)
+    parser.add_argument("--length", type=int, default=25)
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per model")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument(
+        "--ragged",
+        action="store_true",
+        help="sentences of 15..length tokens, right-padded: both models then need padding masks",
+    )
+    parser.add_argument("--compile", action="store_true", help="torch.compile our model")
+    parser.add_argument("--paper-steps", type=int, default=100_000)
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    device, dtype = args.device, {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    peak = matmul_flops_per_s(device, dtype)
+    print(
+        f"device {device}, {args.dtype}, {torch.get_num_threads()} threads, torch {torch.__version__}; "
+        f"matmul peak measured here: {peak / 1e9:.1f} GFLOP/s"
+    )
+    B, S = args.batch, args.length
+    src = torch.randint(4, args.vocab, (B, S), device=device)
+    tgt = torch.randint(4, args.vocab, (B, S + 1), device=device)
+    if args.ragged:
+        lengths = torch.randint(15, S + 1, (B,), generator=torch.Generator().manual_seed(1))
+        lengths[0] = S  # the batch keeps its width
+        pad = torch.arange(S + 1)[None, :] >= lengths[:, None].to("cpu") + 1
+        src = src.masked_fill(pad[:, :S].to(device), 0)
+        tgt = tgt.masked_fill(pad.to(device), 0)
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    n_tokens = int((tgt_out != 0).sum())
+
+    for shape in args.shapes:
+        cfg = TransformerConfig(
+            name=shape, vocab_size=args.vocab, dropout=0.1, attention_dropout=0.0, **SHAPES[shape]
+        )
+        ours = Transformer(cfg).to(device)
+        if args.compile:
+            ours.compile()
+        models = {"transformer_mt": ours}
+        if not args.no_baseline:
+            models["nn.Transformer"] = TorchTransformerMT(
+                args.vocab, cfg.n_layers, cfg.d_model, cfg.d_ff, cfg.n_heads, 0.1
+            ).to(device)
+        optimizers = {
+            name: build_optimizer(
+                m.parameters(), OptimConfig(), cfg.d_model, fused=device == "cuda"
+            )[0]
+            for name, m in models.items()
+        }
+        times: dict[str, list[float]] = {name: [] for name in models}
+
+        def step(model: nn.Module, optimizer: torch.optim.Optimizer) -> float:
+            _sync(device)
+            t = time.perf_counter()
+            with torch.autocast(device, dtype=dtype, enabled=dtype != torch.float32):
+                logits = model(src, tgt_in)
+                loss, _ = label_smoothed_nll(logits, tgt_out, 0.1)
+            (loss / n_tokens).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            _sync(device)
+            return time.perf_counter() - t
+
+        for _ in range(args.warmup):
+            for name in models:
+                step(models[name], optimizers[name])
+        for _ in range(args.steps):
+            for name in models:  # interleaved
+                times[name].append(step(models[name], optimizers[name]))
+
+        flops = train_flops(cfg, B, S, S)
+        params = sum(p.numel() for p in ours.parameters())
+        print(
+            f"\n{shape}: {params / 1e6:.1f}M parameters, batch {B} x {S} tokens per side"
+            f"{' (ragged, padded)' if args.ragged else ''}, {n_tokens} target tokens, vocab {args.vocab}"
+        )
+        print(
+            f"{'model':<16} {'median s/step':>13} {'tgt tokens/s':>13} {'TFLOP/step':>10} {'MFU':>6}"
+        )
+        medians = {}
+        for name, ts in times.items():
+            med = statistics.median(ts)
+            medians[name] = med
+            print(
+                f"{name:<16} {med:>13.3f} {n_tokens / med:>13,.0f} {flops / 1e12:>10.3f} {flops / med / peak:>6.1%}"
+            )
+        if "nn.Transformer" in medians:
+            print(
+                f"speed-up over nn.Transformer (tokens/s ratio): {medians['nn.Transformer'] / medians['transformer_mt']:.2f}x"
+            )
+        if device == "cuda":
+            hours = args.paper_steps * medians["transformer_mt"] * (25000 / n_tokens) / 3600
+            print(
+                f"projected {args.paper_steps:,} steps of 25k target tokens on this one device: "
+                f"{hours:.1f} h (the paper: 12 h for base on 8 P100s)"
+            )
+
+
+if __name__ == "__main__":
+    main()
