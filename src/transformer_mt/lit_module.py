@@ -217,8 +217,8 @@ class TranslationModule(L.LightningModule):
 
     def configure_optimizers(self) -> dict:
         fused = self.optim_cfg.fused
-        if fused == "auto":
-            fused = self.device.type == "cuda"
+        if fused == "auto":  # PyTorch has a fused Adam kernel for CPUs and CUDA GPUs
+            fused = self.device.type in ("cpu", "cuda")
         optimizer, schedule = build_optimizer(
             self.parameters(), self.optim_cfg, self.model_cfg.d_model, fused=fused
         )
