@@ -26,7 +26,9 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, T, D) -> (B, T, D)."""
-        return self.w2(F.relu(self.w1(x), inplace=True))  # (B, T, F) -> (B, T, D)
+        # Not in place: w1's 3-D output is a view of a 2-D matmul, and an in-place op on a view
+        # makes autograd copy the whole (B, T, F) activation back in the backward pass.
+        return self.w2(F.relu(self.w1(x)))  # (B, T, F) -> (B, T, D)
 
 
 class AddNorm(nn.Module):
