@@ -24,7 +24,6 @@ import torch
 from transformer_mt import Transformer, TransformerConfig
 from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.decoding import beam_search, greedy_decode
-from transformer_mt.model.masks import decoder_self_mask
 
 
 def timed(fn, repeats: int) -> float:
@@ -42,9 +41,8 @@ def greedy_last_position_only(model: Transformer, src: torch.Tensor, n: int) -> 
     memory, mask, _ = model.encode(src)
     prefix = torch.full((src.size(0), 1), BOS_ID)
     for step in range(n + 1):
-        states, _ = model.decoder(
-            prefix, memory, mask, decoder_self_mask(prefix, PAD_ID)
-        )  # (B, t, D)
+        # No self mask: the causal kernel, as Transformer.decode runs teacher-forced prefixes.
+        states, _, _ = model.decoder(prefix, memory, mask, None)  # (B, t, D)
         logprobs = model.generator(states[:, -1]).log_softmax(-1)  # (B, V)
         logprobs[:, [PAD_ID, BOS_ID]] = -torch.inf
         if step < n:
