@@ -21,17 +21,14 @@ import time
 from pathlib import Path
 
 from transformer_mt.alignment import (
-    alignment_error_rate,
     corpus_attention,
-    precision_recall,
+    corpus_scores,
+    drop_outside,
     read_gold,
     score_layers,
     symmetrize,
 )
 from transformer_mt.checkpoint import load_model
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from align import check_gold, read_lines  # noqa: E402
 
 
 def read_corpus(path: Path, limit: int) -> list[str]:
@@ -43,16 +40,6 @@ def read_corpus(path: Path, limit: int) -> list[str]:
 def read_links(path: str) -> list[set[tuple[int, int]]]:
     lines = Path(path).read_text().splitlines()
     return [{tuple(map(int, t.split("-"))) for t in line.split()} for line in lines]
-
-
-def score(links, gold) -> tuple[float, float, float]:
-    predicted = {(n, i, j) for n, ls in enumerate(links) for i, j in ls}
-    sure = {(n, i, j) for n, (s, _) in enumerate(gold) for i, j in s}
-    possible = {(n, i, j) for n, (_, p) in enumerate(gold) for i, j in p}
-    return (
-        alignment_error_rate(predicted, sure, possible),
-        *precision_recall(predicted, sure, possible),
-    )
 
 
 def run_eflomal(sources, targets, train_src, train_tgt):
@@ -95,10 +82,16 @@ def main() -> None:
     parser.add_argument("--average-last", type=int, default=1)
     args = parser.parse_args()
 
-    sources, targets = read_lines(args.src), read_lines(args.tgt)
-    gold = check_gold(
-        read_gold(args.gold, args.one_indexed, args.reverse_gold), sources, targets, args.gold
+    sources = args.src.read_text(encoding="utf-8").splitlines()
+    targets = args.tgt.read_text(encoding="utf-8").splitlines()
+    gold, dropped = drop_outside(
+        read_gold(args.gold, args.one_indexed, args.reverse_gold), sources, targets
     )
+    for n, bad in dropped.items():
+        print(
+            f"gold sentence {n}: links {sorted(bad)} outside the sentence, left out",
+            file=sys.stderr,
+        )
     train_src = read_corpus(args.train_src, args.train_limit) if args.train_src else []
     train_tgt = read_corpus(args.train_tgt, args.train_limit) if args.train_tgt else []
 
@@ -130,7 +123,7 @@ def main() -> None:
         ("eflomal target->source", backward),
         ("eflomal grow-diag-final-and", symmetric),
     ):
-        aer, p, r = score(links, gold)
+        aer, p, r = corpus_scores(links, gold)
         print(f"{name:<41} {aer:.3f}  {p:.3f}  {r:.3f}")
     best = min((s for layers in rows.values() for s in layers), key=lambda s: s.aer)
     print(f"\nbest model layer: {best.layer}, AER {best.aer:.3f}")

@@ -28,6 +28,7 @@ from pathlib import Path
 from transformer_mt.alignment import (
     LayerScores,
     corpus_attention,
+    drop_outside,
     format_pharaoh,
     read_gold,
     read_pharaoh,
@@ -65,19 +66,17 @@ def demo_pairs(run_dir: Path, split: str, limit: int):
 
 def check_gold(gold, sources: list[str], targets: list[str], path: Path):
     """Drop (and report) gold links outside the sentences, e.g. a known typo in a gold set."""
-    if len(gold) != len(sources):
-        raise SystemExit(f"{path}: {len(gold)} sentences of gold for {len(sources)} sentence pairs")
-    cleaned = []
-    for n, ((sure, possible), src, tgt) in enumerate(zip(gold, sources, targets), 1):
-        S, T = len(src.split()), len(tgt.split())
-        bad = {(i, j) for i, j in possible if not (0 <= i < S and 0 <= j < T)}
-        if bad:
-            print(
-                f"warning: {path} sentence {n}: links {format_pharaoh(bad)} fall outside "
-                f"{S} source x {T} target words; left out (wrong --one-indexed or --reverse-gold?)",
-                file=sys.stderr,
-            )
-        cleaned.append((sure - bad, possible - bad))
+    try:
+        cleaned, dropped = drop_outside(gold, sources, targets)
+    except ValueError as err:
+        raise SystemExit(f"{path}: {err}") from None
+    for n, bad in dropped.items():
+        print(
+            f"warning: {path} sentence {n}: links {format_pharaoh(bad)} fall outside "
+            f"{len(sources[n - 1].split())} source x {len(targets[n - 1].split())} target words; "
+            f"left out (wrong --one-indexed or --reverse-gold?)",
+            file=sys.stderr,
+        )
     return cleaned
 
 

@@ -9,7 +9,9 @@ import torch
 
 from transformer_mt.alignment import (
     alignment_error_rate,
+    corpus_scores,
     coverage,
+    drop_outside,
     format_pharaoh,
     hard_alignment,
     precision_recall,
@@ -183,3 +185,13 @@ def test_the_romanian_english_gold_reads_as_documented() -> None:
         for (s, _), r, e in zip(gold, ro, en)
         for i, j in s
     )
+
+
+def test_gold_links_outside_a_sentence_are_dropped_and_reported() -> None:
+    gold = [({(0, 0), (5, 1)}, {(0, 0), (5, 1), (1, 1)}), ({(0, 0)}, {(0, 0)})]
+    cleaned, dropped = drop_outside(gold, ["a b", "c"], ["x y", "z"])
+    assert cleaned == [({(0, 0)}, {(0, 0), (1, 1)}), ({(0, 0)}, {(0, 0)})]
+    assert dropped == {1: {(5, 1)}}
+    with pytest.raises(ValueError, match="2 sentences of gold for 1 sentence pairs"):
+        drop_outside(gold, ["a b"], ["x y"])
+    assert corpus_scores([{(0, 0), (1, 1)}, {(0, 0)}], cleaned) == (0.0, 1.0, 1.0)

@@ -200,6 +200,29 @@ def read_gold(
     return gold
 
 
+def drop_outside(
+    gold: list[tuple[Links, Links]], sources: list[str], targets: list[str]
+) -> tuple[list[tuple[Links, Links]], dict[int, Links]]:
+    """Gold links that fall outside their sentence pair removed, and which they were.
+
+    Returns:
+        the cleaned gold, and {1-based sentence number: the links left out}.
+
+    Raises:
+        ValueError: when the gold and the pairs differ in number.
+    """
+    if len(gold) != len(sources):
+        raise ValueError(f"{len(gold)} sentences of gold for {len(sources)} sentence pairs")
+    cleaned, dropped = [], {}
+    for n, ((sure, possible), src, tgt) in enumerate(zip(gold, sources, targets), 1):
+        S, T = len(src.split()), len(tgt.split())
+        bad = {(i, j) for i, j in possible if not (0 <= i < S and 0 <= j < T)}
+        if bad:
+            dropped[n] = bad
+        cleaned.append((sure - bad, possible - bad))
+    return cleaned, dropped
+
+
 @torch.no_grad()
 def corpus_attention(
     model: Transformer,
@@ -234,6 +257,19 @@ def corpus_attention(
                 )
         out.append(words)
     return out
+
+
+def corpus_scores(
+    links: list[Links], gold: list[tuple[Links, Links]]
+) -> tuple[float, float, float]:
+    """AER, precision and recall of per-sentence links against per-sentence (sure, possible) gold."""
+    predicted = {(n, i, j) for n, ls in enumerate(links) for i, j in ls}
+    sure = {(n, i, j) for n, (s, _) in enumerate(gold) for i, j in s}
+    possible = {(n, i, j) for n, (_, p) in enumerate(gold) for i, j in p}
+    return (
+        alignment_error_rate(predicted, sure, possible),
+        *precision_recall(predicted, sure, possible),
+    )
 
 
 @dataclass
@@ -288,11 +324,7 @@ def score_layers(
             n_src += cover.numel()
         aer = precision = recall = None
         if gold is not None:
-            predicted = {(n, i, j) for n, ls in enumerate(links) for i, j in ls}
-            sure = {(n, i, j) for n, (s, _) in enumerate(gold) for i, j in s}
-            possible = {(n, i, j) for n, (_, p) in enumerate(gold) for i, j in p}
-            aer = alignment_error_rate(predicted, sure, possible)
-            precision, recall = precision_recall(predicted, sure, possible)
+            aer, precision, recall = corpus_scores(links, gold)
         scores.append(
             LayerScores(
                 layer=layer + 1,

@@ -126,7 +126,9 @@ class OptimConfig:
     # paper: ~25k). The accumulation factor is derived from it and data.max_tokens for the devices
     # actually present. None: one micro-batch per step (trainer.accumulate_grad_batches applies).
     tokens_per_step: int | None = None
-    fused: Any = "auto"  # fused Adam kernel: true, false, or "auto" (where PyTorch has one: CPU, CUDA)
+    fused: Any = (
+        "auto"  # fused Adam kernel: true, false, or "auto" (where PyTorch has one: CPU, CUDA)
+    )
 
     def __post_init__(self) -> None:
         if self.warmup <= 0:
