@@ -177,15 +177,17 @@ def test_out_of_memory_message_names_the_batch_and_the_knobs() -> None:
     from types import SimpleNamespace
 
     from transformer_mt.config import DataConfig
+    from transformer_mt.data.batching import collate
     from transformer_mt.train import out_of_memory_message
 
-    batch = {"sentences": 96, "source_length": 41, "target_length": 44, "target_tokens": 3510}
+    rows = [{"src_ids": [5] * 41, "tgt_ids": [6] * 44, "index": i} for i in range(96)]
+    batch = collate(rows)
     message = out_of_memory_message(
         batch,
         DataConfig(name="x", cache_dir="/tmp", max_tokens=4096),
         SimpleNamespace(precision="16-mixed"),
     )
-    assert "96 sentences x 41 source / 44 target tokens" in message
+    assert "96 sentences x 41 source / 44 target tokens (4224 real target tokens)" in message
     assert "data.max_tokens=4096" in message and "optim.tokens_per_step" in message
 
 

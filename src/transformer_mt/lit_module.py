@@ -64,7 +64,7 @@ class TranslationModule(L.LightningModule):
         self.decode_cfg = DecodeConfig(**decode)
         self.model = Transformer(self.model_cfg)
         self.on_nonfinite_loss, self.compile_model = on_nonfinite_loss, compile
-        self.last_batch: dict = {}  # the shape of the batch in flight, for error messages
+        self.batch_in_flight: Batch | None = None  # for error messages (out of memory)
         self._outputs: dict[str, dict[int, list[int]]] = {}  # split -> row -> hypothesis ids
         self._nll: dict[str, list] = {}  # split -> [summed NLL, target tokens]
         self._tick: float | None = None
@@ -91,12 +91,7 @@ class TranslationModule(L.LightningModule):
         return loss, nll, batch.n_tgt_tokens
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor | None:
-        self.last_batch = {
-            "sentences": batch.src.size(0),
-            "source_length": batch.src.size(1),
-            "target_length": batch.tgt_out.size(1),
-            "target_tokens": batch.n_tgt_tokens,
-        }
+        self.batch_in_flight = batch
         loss, nll, n_tokens = self._step(batch)
         # Per-token mean, so the gradient scale does not depend on how full the batch is.
         mean = loss / n_tokens
@@ -120,9 +115,8 @@ class TranslationModule(L.LightningModule):
         rows = batch.index[:5].tolist()
         what = (
             f"non-finite training loss ({float(mean)}) at step {self.global_step} "
-            f"(epoch {self.current_epoch}, batch {batch_idx} of the epoch): {batch.src.size(0)} "
-            f"sentences, source length {batch.src.size(1)}, target length {batch.tgt_out.size(1)}, "
-            f"{batch.n_tgt_tokens} target tokens, training rows {rows}{'...' if batch.index.numel() > 5 else ''}"
+            f"(epoch {self.current_epoch}, batch {batch_idx} of the epoch): {batch.describe()}, "
+            f"training rows {rows}{'...' if batch.index.numel() > 5 else ''}"
         )
         if self.on_nonfinite_loss == "stop":
             raise FloatingPointError(

@@ -28,6 +28,7 @@ from transformer_mt.config import (
     TrainerConfig,
     check_keys,
 )
+from transformer_mt.data.batching import Batch
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.datamodule import TranslationDataModule
 from transformer_mt.lit_module import TranslationModule
@@ -98,7 +99,9 @@ def run(cfg: DictConfig) -> dict:
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
     except torch.OutOfMemoryError as err:
-        raise RuntimeError(out_of_memory_message(module.last_batch, data_cfg, trainer)) from err
+        raise RuntimeError(
+            out_of_memory_message(module.batch_in_flight, data_cfg, trainer)
+        ) from err
     if getattr(module, "validated_at_step", None) != trainer.global_step:
         trainer.validate(module, datamodule=datamodule, verbose=False)  # dev figures of the end
     val_bleu = float(trainer.callback_metrics.get("val/bleu", float("nan")))  # test() replaces them
@@ -205,13 +208,8 @@ def tokens_per_step(trainer: L.Trainer, optim: OptimConfig, data: DataConfig) ->
     }
 
 
-def out_of_memory_message(batch: dict, data: DataConfig, trainer: L.Trainer) -> str:
-    shape = (
-        f"a batch of {batch['sentences']} sentences x {batch['source_length']} source / "
-        f"{batch['target_length']} target tokens ({batch['target_tokens']} real target tokens)"
-        if batch
-        else "the first batch"
-    )
+def out_of_memory_message(batch: Batch | None, data: DataConfig, trainer: L.Trainer) -> str:
+    shape = f"a batch of {batch.describe()}" if batch is not None else "the first batch"
     return (
         f"out of GPU memory on {shape} with data.max_tokens={data.max_tokens} and "
         f"precision={trainer.precision}. Lower data.max_tokens (optim.tokens_per_step keeps the step "

@@ -27,6 +27,13 @@ class Batch:
     n_tgt_tokens: int  # real target tokens (EOS included), counted on the CPU: no device sync
     n_src_tokens: int = 0  # real source tokens
 
+    def describe(self) -> str:
+        """Its shape in words, for error messages."""
+        return (
+            f"{self.src.size(0)} sentences x {self.src.size(1)} source / {self.tgt_out.size(1)} "
+            f"target tokens ({self.n_tgt_tokens} real target tokens)"
+        )
+
     @property
     def padding(self) -> float:
         """The share of both sides' padded tensors that is padding."""
