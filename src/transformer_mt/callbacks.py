@@ -35,7 +35,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f"{type(self).__name__} takes no storage_options, got {storage_options!r}"
             )
         fs = get_filesystem(path)
-        if fs.protocol not in ("file", ("file", "local")) and "file" not in fs.protocol:
+        if "file" not in fs.protocol:  # e.g. ("s3", "s3a"); local files are ("file", "local")
             super().save_checkpoint(checkpoint, path)  # remote storage: its own semantics
             return
         path = Path(path)
