@@ -201,11 +201,14 @@ def tokens_per_step(trainer: L.Trainer, optim: OptimConfig, data: DataConfig) ->
         per_micro_step * accumulate,
         f" (optim.tokens_per_step={optim.tokens_per_step})" if optim.tokens_per_step else "",
     )
-    return {
+    step = {
         "world_size": trainer.world_size,
         "accumulate_grad_batches": accumulate,
         "max_tokens_per_step": per_micro_step * accumulate,
     }
+    for logger in trainer.loggers:  # beside the curves (hparams.yaml, TensorBoard's hparams)
+        logger.log_hyperparams(step)
+    return step
 
 
 def out_of_memory_message(batch: Batch | None, data: DataConfig, trainer: L.Trainer) -> str:

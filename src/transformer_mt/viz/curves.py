@@ -7,7 +7,14 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-PANELS = (("train/loss", "val/loss"), ("train/ppl", "val/ppl"), ("val/bleu",), ("train/lr",))
+PANELS = (
+    ("train/loss", "val/loss"),
+    ("train/ppl", "val/ppl"),
+    ("val/bleu",),
+    ("train/lr",),
+    ("train/grad_norm",),
+    ("train/padding",),
+)
 
 
 def metric_files(run_dir: str | Path) -> list[Path]:
@@ -49,9 +56,9 @@ def read_metrics(path: str | Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def plot_curves(series: dict[str, list[tuple[int, float]]]) -> Figure:
-    """Loss, perplexity, BLEU and learning rate against the optimizer step."""
-    fig = Figure(figsize=(4.2 * len(PANELS), 3.4))  # no pyplot: no global state, any backend
-    axes = fig.subplots(1, len(PANELS))
+    """Loss, perplexity, BLEU, learning rate, gradient norm and padding against the optimizer step."""
+    fig = Figure(figsize=(4.2 * 3, 3.4 * 2))  # no pyplot: no global state, any backend
+    axes = fig.subplots(2, 3).flatten()
     for ax, names in zip(axes, PANELS):
         for name in names:
             if series.get(name):
