@@ -1,0 +1,71 @@
+"""The benchmark scripts still run (at toy sizes) and print their figures: they must not rot.
+
+The figures themselves are measured by running the scripts with their defaults (see README).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import ROOT
+
+BENCH = ROOT / "benchmarks"
+
+
+def _run(script: str, *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_train_step_compares_with_nn_transformer_and_reports_mfu() -> None:
+    out = _run(
+        "train_step.py",
+        "--shapes",
+        "tiny",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--batch",
+        "4",
+        "--length",
+        "6",
+        "--vocab",
+        "50",
+        "--ragged",
+    )
+    assert "matmul peak measured here" in out
+    assert (
+        "transformer_mt" in out
+        and "nn.Transformer" in out
+        and "speed-up over nn.Transformer" in out
+    )
+    assert "%" in out.split("transformer_mt")[1].splitlines()[0]  # its MFU
+
+
+def test_memory_reports_both_attention_paths() -> None:
+    out = _run("memory.py", "--lengths", "16")  # each point is a fresh process: one is enough here
+    rows = [line.split() for line in out.splitlines() if line.strip().split(" ")[0] == "16"]
+    assert len(rows) == 1 and rows[0].count("MiB") == 2
+
+
+def test_decode_benchmark_runs_every_variant() -> None:
+    out = _run("decode.py", "--sentences", "2", "--length", "3", "--vocab", "50", "--repeats", "1")
+    assert "cached/uncached, greedy:" in out and "cached/uncached, beam 4:" in out
+
+
+@pytest.mark.skipif(
+    not (ROOT.parent / "shared" / "data" / "multi30k_task1").is_dir(),
+    reason="../shared/data absent",
+)
+def test_padding_benchmark_compares_bucketed_and_random_batches() -> None:
+    out = _run("padding.py")
+    bucketed = float(out.split("length-bucketed (ours)")[1].split()[0].rstrip("%"))
+    shuffled = float(out.split("random order")[1].split()[0].rstrip("%"))
+    assert bucketed < shuffled  # the point of bucketing
