@@ -267,19 +267,9 @@ def test_align_cli_scores_files_and_writes_pharaoh(small_run, tmp_path) -> None:
     (tmp_path / "src").write_text("el gato negro\nla casa\n")
     (tmp_path / "tgt").write_text("the black cat\nthe house\n")
     (tmp_path / "gold").write_text("1-2 2-3 3-1\n1-1 2-2\n")  # 1-indexed, target-source
+    files = ("--src", tmp_path / "src", "--tgt", tmp_path / "tgt", "--gold", tmp_path / "gold")
     result = _script(
-        "align.py",
-        out,
-        "--src",
-        tmp_path / "src",
-        "--tgt",
-        tmp_path / "tgt",
-        "--gold",
-        tmp_path / "gold",
-        "--one-indexed",
-        "--reverse-gold",
-        "--output",
-        tmp_path / "links",
+        "align.py", out, *files, "--one-indexed", "--reverse-gold", "--output", tmp_path / "links"
     )
     assert result.returncode == 0, result.stderr
     assert "argmax AER/P/R" in result.stdout and "best: layer 1" in result.stdout
@@ -287,17 +277,7 @@ def test_align_cli_scores_files_and_writes_pharaoh(small_run, tmp_path) -> None:
     assert [len(line.split()) for line in lines] == [3, 2]  # one link per target word
     # A gold file with a link outside the sentence is reported, not silently used.
     (tmp_path / "gold").write_text("1-2 2-3 3-9\n1-1 2-2\n")
-    result = _script(
-        "align.py",
-        out,
-        "--src",
-        tmp_path / "src",
-        "--tgt",
-        tmp_path / "tgt",
-        "--gold",
-        tmp_path / "gold",
-        "--one-indexed",
-    )
+    result = _script("align.py", out, *files, "--one-indexed")
     assert result.returncode == 0 and "sentence 1: links 2-8 fall outside" in result.stderr
     (tmp_path / "tgt").write_text("the black cat\n")
     result = _script("align.py", out, "--src", tmp_path / "src", "--tgt", tmp_path / "tgt")

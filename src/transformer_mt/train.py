@@ -17,6 +17,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_mt.callbacks import AtomicCheckpointIO, ExactResume, FinalCheckpoint
@@ -52,7 +53,7 @@ def run(cfg: DictConfig) -> dict:
     resume_from = _resume_checkpoint(cfg.resume) if cfg.resume else None
     out.mkdir(parents=True, exist_ok=True)
     if resume_from is not None:
-        set_aside_metrics(out)
+        rank_zero_only(set_aside_metrics)(out)  # once, before any rank's logger starts
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     L.seed_everything(cfg.seed, workers=True)
 

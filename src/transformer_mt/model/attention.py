@@ -138,10 +138,6 @@ class MultiHeadAttention(nn.Module):
                 mask = causal_mask(q.size(2), q.device)
             y, weights = scaled_dot_product_attention(q, kv.keys, kv.values, mask, p)
         else:
-            if mask is not None and mask.device.type == "cpu" and bool(mask.all()):
-                # No padding in this batch: the CPU kernel runs faster without a mask. (On a
-                # GPU the check would cost a device sync per call, and masks cost little there.)
-                mask = None
             y = F.scaled_dot_product_attention(
                 q, kv.keys, kv.values, attn_mask=mask, dropout_p=p, is_causal=causal
             )

@@ -50,3 +50,13 @@ def decoder_self_mask(tokens: Tensor, pad_id: int) -> Tensor:
         (B, 1, T, T) bool.
     """
     return padding_mask(tokens, pad_id) & causal_mask(tokens.size(1), tokens.device)  # (B, 1, T, T)
+
+
+def without_trivial(mask: Tensor) -> Tensor | None:
+    """None for a padding mask that is all true on the CPU, where attention runs faster
+    without one; the mask itself otherwise (on a GPU the check would cost a device sync,
+    and masks cost little there). Called once per stack, not per layer.
+    """
+    if mask.device.type == "cpu" and bool(mask.all()):
+        return None
+    return mask

@@ -19,7 +19,7 @@ from transformer_mt.model.embeddings import (
     TokenEmbedding,
 )
 from transformer_mt.model.layers import DecoderLayer, EncoderLayer
-from transformer_mt.model.masks import decoder_self_mask, padding_mask
+from transformer_mt.model.masks import decoder_self_mask, padding_mask, without_trivial
 
 
 @dataclass
@@ -72,8 +72,9 @@ class Encoder(nn.Module):
         """src (B, S), src_mask (B, 1, 1, S) -> memory (B, S, D), self-attention weights per layer."""
         x = self.embed(src)  # (B, S, D)
         weights = []
+        attn_mask = without_trivial(src_mask)  # no padding in the batch: no mask to read
         for layer in self.layers:
-            x, w = layer(x, src_mask, need_weights)
+            x, w = layer(x, attn_mask, need_weights)
             if w is not None:
                 weights.append(w)  # (B, H, S, S)
         return self.final_norm(x), weights
@@ -107,11 +108,12 @@ class Decoder(nn.Module):
         offset = cache.offset if cache is not None else 0
         x = self.embed(tgt_in, offset)  # (B, T, D)
         cross_weights, self_weights = [], []
+        attn_mask = without_trivial(memory_mask)  # no source padding: no mask to read
         for i, layer in enumerate(self.layers):
             self_cache = cache.self_attn[i] if cache is not None else None
             cross_cache = cache.cross_attn[i] if cache is not None else None
             x, self_kv, _, w = layer(
-                x, memory, self_mask, memory_mask, self_cache, cross_cache, need_weights
+                x, memory, self_mask, attn_mask, self_cache, cross_cache, need_weights
             )
             if cache is not None:
                 cache.self_attn[i] = self_kv

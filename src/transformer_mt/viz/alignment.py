@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from transformer_mt.data.tokenizer import BOS_ID, EOS_ID
+from transformer_mt.decoding import greedy_decode
 from transformer_mt.model import AttentionMaps, Transformer
 
 WORD_START = "\u2581"  # SentencePiece's "▁", which starts every word
@@ -190,8 +191,6 @@ def draw_pair(
         the source, the target drawn (translation or given), the layer, the files written, and
         per target word the source word it attends to most.
     """
-    from transformer_mt.decoding import greedy_decode
-
     model.eval()
     src_ids = tokenizer.encode([src])[0]
     if tgt is None:
