@@ -41,6 +41,9 @@ SHAPES = {
 }
 
 
+PAPER_STEPS = {"base": 100_000, "big": 300_000}  # §5.2
+
+
 class TorchTransformerMT(nn.Module):
     """``nn.Transformer`` with the paper's embeddings and a tied output layer: the baseline."""
 
@@ -95,8 +98,15 @@ def train_flops(cfg: TransformerConfig, B: int, S: int, T: int) -> float:
     return 3.0 * B * (enc + dec + out)
 
 
-def matmul_flops_per_s(device: str, dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
-    """The machine's dense matmul throughput: the best of a few n x n products."""
+def matmul_flops_per_s(
+    device: str, dtype: torch.dtype, n: int | None = None, repeats: int = 5
+) -> float:
+    """The machine's dense matmul throughput: the best of a few n x n products.
+
+    n defaults to 2048 on a CPU and 8192 on a GPU, where a smaller product is too short to fill
+    the chip and would understate its peak (and so overstate MFU).
+    """
+    n = n or (8192 if device == "cuda" else 2048)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     best = float("inf")
@@ -139,7 +149,12 @@ def main() -> None:
         action="store_true",
         help="also time our model with fused Adam, with torch.compile, and on the explicit-weights path",
     )
-    parser.add_argument("--paper-steps", type=int, default=100_000)
+    parser.add_argument(
+        "--paper-steps",
+        type=int,
+        default=None,
+        help="steps of the projected paper run (default: 100k for base, 300k for big)",
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -241,10 +256,11 @@ def main() -> None:
                 f"speed-up over nn.Transformer (tokens/s ratio): {medians['nn.Transformer'] / medians['transformer_mt']:.2f}x"
             )
         if device == "cuda":
-            hours = args.paper_steps * medians["transformer_mt"] * (25000 / n_tokens) / 3600
+            steps = args.paper_steps or PAPER_STEPS.get(shape, 100_000)
+            hours = steps * medians["transformer_mt"] * (25000 / n_tokens) / 3600
             print(
-                f"projected {args.paper_steps:,} steps of 25k target tokens on this one device: "
-                f"{hours:.1f} h (the paper: 12 h for base on 8 P100s)"
+                f"projected {steps:,} steps of 25k target tokens on this one device: "
+                f"{hours:.1f} h (the paper: 12 h for base, 3.5 days for big, on 8 P100s)"
             )
 
 

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# One command for a GPU machine: the gpu-marked tests, training-step speed and MFU of the base and
+# big shapes in bf16, peak memory against length, and a 2-minute trainer=gpu run of model=base on
+# the demo corpus. Writes one Markdown report (default gpu_report.md; run files under gpu_check/).
+#
+#   bash benchmarks/gpu_check.sh [REPORT.md]
+#
+# Under 8 minutes on one H100/H200-class GPU. Without CUDA it says so, runs the CPU-side part
+# (the gpu tests are then skipped, the step benchmark runs at a toy size) and exits 0.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+REPORT=$(realpath -m "${1:-gpu_report.md}")
+WORK=$(realpath -m "${GPU_CHECK_DIR:-gpu_check}")
+PY=${PYTHON:-python3}
+mkdir -p "$WORK" "$(dirname "$REPORT")"
+START=$SECONDS
+FAILED=0
+
+# section TITLE TIMEOUT_S COMMAND: runs COMMAND, shows its output live, and appends the command,
+# its exit status, its wall time and the last 80 lines of its output to the report.
+section() {
+    local title=$1 limit=$2 cmd=$3 log t0 rc
+    log="$WORK/$(echo "$title" | tr -c 'a-zA-Z0-9\n' '_').log"
+    echo -e "\n=== $title: $cmd"
+    t0=$SECONDS
+    timeout "$limit" bash -c "$cmd" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    [ "$rc" -eq 0 ] || FAILED=$((FAILED + 1))
+    {
+        echo -e "\n## $title\n"
+        echo -e "\`$cmd\` — exit $rc$([ "$rc" -eq 124 ] && echo " (timed out at ${limit} s)"), $((SECONDS - t0)) s\n"
+        echo '```text'
+        grep -v -e '^\s*$' -e 'it/s\]' -e 's/it\]' "$log" | tail -n 80
+        echo '```'
+    } >>"$REPORT"
+}
+
+HAS_CUDA=$($PY -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo 0)
+{
+    echo "# GPU check, $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo
+    echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+    echo "- CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs), $(nproc) cores"
+    echo "- $($PY -c 'import torch, lightning; print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), lightning {lightning.__version__}")')"
+    if [ "$HAS_CUDA" = 1 ]; then
+        echo "- GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || $PY -c 'import torch; print(torch.cuda.get_device_name())')"
+    else
+        echo "- **no CUDA device here**: the GPU sections were skipped; only the CPU-side checks ran"
+    fi
+} >"$REPORT"
+
+if [ "$HAS_CUDA" != 1 ]; then
+    echo "no CUDA device: running the CPU-side checks only"
+    section "gpu-marked tests (skipped without CUDA)" 120 "$PY -m pytest -m gpu -q -p no:cacheprovider"
+    section "training step, toy size, CPU" 120 \
+        "$PY benchmarks/train_step.py --shapes tiny --batch 8 --steps 2 --warmup 1"
+    echo -e "\nTotal: $((SECONDS - START)) s, $FAILED section(s) failed." >>"$REPORT"
+    echo "report: $REPORT"
+    exit "$((FAILED > 0))"
+fi
+
+# 1000 x 25 tokens: the paper's ~25k target tokens per step; 37k: its EN-DE joint vocabulary.
+section "training step, base and big, bf16" 150 \
+    "$PY benchmarks/train_step.py --device cuda --dtype bf16 --shapes base big --batch 1000 --length 25 --vocab 37000 --steps 10 --warmup 3"
+section "gpu-marked tests" 180 "$PY -m pytest -m gpu -q -p no:cacheprovider"
+section "peak memory against length" 90 "$PY benchmarks/memory.py --device cuda"
+if [ -f benchmarks/loader.py ]; then
+    section "data loader with pinned memory" 120 "$PY benchmarks/loader.py --pin-memory"
+else
+    echo -e "\n## data loader with pinned memory\n\nnot measured: benchmarks/loader.py does not exist yet.\n" >>"$REPORT"
+fi
+section "2-minute trainer=gpu run of model=base on the demo corpus" 300 \
+    "$PY scripts/train.py model=base trainer=gpu trainer.max_time=00:00:02:00 output_dir=$WORK/train_base \
+     && $PY benchmarks/run_summary.py $WORK/train_base"
+echo -e "\nTotal: $((SECONDS - START)) s, $FAILED section(s) failed." >>"$REPORT"
+echo "report: $REPORT"
+exit "$((FAILED > 0))"
