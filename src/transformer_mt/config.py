@@ -1,4 +1,7 @@
-"""Typed configuration: dataclasses validated once, registered with Hydra as schemas.
+"""Typed configuration of training and evaluation, registered with Hydra as schemas.
+
+The model's and the search's dataclasses live with them (``model/config.py``,
+``decoding/config.py``) and are re-exported here.
 
 Hydra composes the YAML files in ``conf/`` on top of ``TrainConfig``; because the schema
 is a structured config, a key that does not exist (``model.dmodel=256``) is an error, not
@@ -11,54 +14,23 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from transformer_mt.decoding.config import DecodeConfig
+from transformer_mt.model.config import TransformerConfig
 
-@dataclass
-class TransformerConfig:
-    """The architecture (§3) and its regularisation (§5.4); presets in ``conf/model``."""
-
-    name: str = "custom"
-    n_layers: int = 6  # N, for encoder and decoder alike
-    d_model: int = 512
-    d_ff: int = 2048  # inner FFN width, 2048 in base
-    n_heads: int = 8  # h
-    d_k: int | None = (
-        None  # query/key width per head; None: d_model / h (d_v is always d_model / h)
-    )
-    dropout: float = 0.1  # P_drop: sub-layer outputs and embedding + position sums
-    attention_dropout: float = 0.0  # on attention weights; the paper uses none
-    label_smoothing: float = 0.1  # ε_ls
-    norm_first: bool = False  # False: post-LN as in the paper; True: pre-LN + final LayerNorm
-    positional: str = "sinusoidal"  # or "learned" (Table 3 row E)
-    max_positions: int = 1024
-    tie_embeddings: bool = True  # encoder, decoder and pre-softmax weights share one matrix
-    vocab_size: int = 0  # set from the tokenizer at build time
-    pad_id: int = 0  # fixed by transformer_mt.data.tokenizer
-
-    def __post_init__(self) -> None:
-        for key in ("n_layers", "d_model", "d_ff", "n_heads", "max_positions"):
-            if getattr(self, key) <= 0:
-                raise ValueError(f"model.{key} must be positive, got {getattr(self, key)}")
-        if self.d_k is not None and self.d_k <= 0:
-            raise ValueError(f"model.d_k must be positive or null, got {self.d_k}")
-        if self.d_model % self.n_heads:
-            raise ValueError(
-                f"model.d_model={self.d_model} must be divisible by model.n_heads={self.n_heads}"
-            )
-        for key in ("dropout", "attention_dropout", "label_smoothing"):
-            if not 0.0 <= getattr(self, key) < 1.0:
-                raise ValueError(f"model.{key} must be in [0, 1), got {getattr(self, key)}")
-        if self.positional not in ("sinusoidal", "learned"):
-            raise ValueError(
-                f"model.positional must be 'sinusoidal' or 'learned', got {self.positional!r}"
-            )
-
-    @property
-    def head_dim(self) -> int:
-        """d_k = d_v = d_model / h (64 in base and big)."""
-        return self.d_model // self.n_heads
+__all__ = [
+    "CheckpointingConfig",
+    "DataConfig",
+    "DecodeConfig",
+    "EvaluateConfig",
+    "OptimConfig",
+    "TrainConfig",
+    "TrainerConfig",
+    "TransformerConfig",
+    "check_keys",
+    "register_configs",
+]
 
 
 @dataclass
@@ -139,17 +111,6 @@ class OptimConfig:
             )
         if self.fused not in (True, False, "auto"):
             raise ValueError(f"optim.fused must be true, false or auto, got {self.fused!r}")
-
-
-@dataclass
-class DecodeConfig:
-    """Search settings for validation and test (§6.1: beam 4, α 0.6, max length |x| + 50)."""
-
-    beam_size: int = 1  # 1 = greedy
-    length_penalty: float = 0.6  # α of ((5 + |Y|) / 6)^α
-    max_len_a: float = 1.0  # max output length = a · |X| + b
-    max_len_b: int = 50
-    batch_size: int = 128  # sentences decoded at once
 
 
 @dataclass
@@ -292,7 +253,13 @@ def run_average_last(run_dir: str) -> int:
 
 
 def register_configs() -> None:
-    """Register the schemas that ``conf/train.yaml`` and ``conf/evaluate.yaml`` are validated against."""
+    """Register the schemas that ``conf/train.yaml`` and ``conf/evaluate.yaml`` are validated against.
+
+    Called by the entry points (``scripts/*.py``, the tests' conftest) only: importing the
+    package never loads Hydra.
+    """
+    from hydra.core.config_store import ConfigStore
+
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
     ConfigStore.instance().store(name="evaluate_schema", node=EvaluateConfig)
     if not OmegaConf.has_resolver("run_average_last"):

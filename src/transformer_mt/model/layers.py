@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_mt.config import TransformerConfig
+from transformer_mt.model.config import TransformerConfig
 from transformer_mt.model.attention import MultiHeadAttention
 from transformer_mt.model.cache import LayerCache
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from transformer_mt.config import DecodeConfig
+from transformer_mt.decoding.config import DecodeConfig
 from transformer_mt.data.batching import pad
 from transformer_mt.data.tokenizer import EOS_ID, Tokenizer
 from transformer_mt.decoding.beam import beam_search
