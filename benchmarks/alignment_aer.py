@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from transformer_mt.alignment import (
+from transformer_mt.analysis import (
     corpus_attention,
     corpus_scores,
     drop_outside,

@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from transformer_mt.analysis.heatmaps import save_pair_heatmaps
 from transformer_mt.checkpoint import load_model
-from transformer_mt.viz.alignment import draw_pair
+from transformer_mt.cli import report_user_errors
 
 
+@report_user_errors
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -44,19 +46,16 @@ def main() -> None:
         parser.error("--src is empty")
 
     model, tokenizer, _ = load_model(args.run_dir, average_last=args.average_last)
-    try:
-        drawn = draw_pair(
-            model,
-            tokenizer,
-            args.src,
-            args.tgt,
-            args.out,
-            args.layer,
-            tuple(args.format),
-            heads=not args.no_heads,
-        )
-    except ValueError as err:
-        raise SystemExit(str(err)) from None
+    drawn = save_pair_heatmaps(
+        model,
+        tokenizer,
+        args.src,
+        args.tgt,
+        args.out,
+        args.layer,
+        tuple(args.format),
+        heads=not args.no_heads,
+    )
     print(f"source: {drawn['source']}")
     print(f"{'translation' if drawn['translated'] else 'target'}: {drawn['target']}")
     print(f"decoder layer {drawn['layer']}, heads averaged; strongest source word per target word:")

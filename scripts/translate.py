@@ -15,11 +15,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from transformer_mt.alignment import format_pharaoh, hard_alignment
+from transformer_mt.analysis.alignment import format_pharaoh, translation_links
 from transformer_mt.checkpoint import load_model
-from transformer_mt.config import DecodeConfig
-from transformer_mt.decoding import translate
-from transformer_mt.viz.alignment import word_attention
+from transformer_mt.cli import report_user_errors
+from transformer_mt.decoding import DecodeConfig, translate
 
 
 def read_lines(path: Path | None) -> list[str]:
@@ -37,6 +36,7 @@ def read_lines(path: Path | None) -> list[str]:
     return lines
 
 
+@report_user_errors
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -83,10 +83,8 @@ def main() -> None:
             text = option.text
             if args.alignments and option.tokens:
                 src_ids = tokenizer.encode([source])[0][: model.cfg.max_positions - 1]
-                words, _, _ = word_attention(
-                    model, tokenizer, src_ids, option.tokens
-                )  # (L, H, W_tgt, W_src)
-                text += " ||| " + format_pharaoh(hard_alignment(words[-1].mean(dim=0)[:-1, :-1]))
+                links = translation_links(model, tokenizer, src_ids, option.tokens)
+                text += " ||| " + format_pharaoh(links)
             print(f"{number} ||| {text} ||| {option.score:.4f}" if args.n_best > 1 else text)
 
 

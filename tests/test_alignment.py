@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from transformer_mt.alignment import (
+from transformer_mt.analysis import (
     alignment_error_rate,
     corpus_scores,
     coverage,

@@ -28,8 +28,8 @@ SMALL = [
     "trainer.enable_progress_bar=false",
     "trainer.deterministic=true",
     "trainer.loggers=[csv]",
-    "align.src=null",
-    "align.valid_sentences=0",
+    "heatmaps.src=null",
+    "heatmaps.valid_sentences=0",
 ]
 
 

@@ -1,43 +1,10 @@
-"""Pieces to words, and the heatmap."""
+"""The heatmaps: labelled, refusing mismatched labels, one panel per head."""
 
 from __future__ import annotations
 
 import torch
 
-from transformer_mt import Transformer, TransformerConfig
-from transformer_mt.data.tokenizer import EOS_ID
-from transformer_mt.viz.alignment import (
-    cross_attention,
-    plot_alignment,
-    to_words,
-    word_groups,
-    words_of,
-)
-
-
-def test_word_groups_follow_the_word_start_marker() -> None:
-    pieces = ["▁el", "▁gat", "o", "▁neg", "r", "o", "</s>"]
-    groups = word_groups(pieces)
-    assert groups == [[0], [1, 2], [3, 4, 5], [6]]
-    assert words_of(pieces, groups) == ["el", "gato", "negro", "</s>"]
-
-
-def test_to_words_means_target_rows_and_sums_source_columns() -> None:
-    w = torch.tensor(
-        [[0.1, 0.2, 0.7], [0.3, 0.3, 0.4], [0.5, 0.5, 0.0]]
-    )  # (T=3 pieces, S=3 pieces)
-    words = to_words(w, tgt_groups=[[0, 1], [2]], src_groups=[[0], [1, 2]])
-    expected = torch.tensor([[0.2, 0.8], [0.5, 0.5]])
-    torch.testing.assert_close(words, expected)
-    torch.testing.assert_close(words.sum(-1), torch.ones(2))  # rows stay distributions
-
-
-def test_cross_attention_shape_and_rows(tiny_cfg: TransformerConfig) -> None:
-    model = Transformer(tiny_cfg)
-    weights = cross_attention(model, torch.tensor([5, 6, 7, EOS_ID]), torch.tensor([8, 9, EOS_ID]))
-    assert weights.shape == (tiny_cfg.n_layers, tiny_cfg.n_heads, 3, 4)
-    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 3))
-    assert model.training  # the mode is restored
+from transformer_mt.viz.alignment import plot_alignment
 
 
 def test_heatmap_is_labelled_with_words(tmp_path) -> None:

@@ -156,7 +156,7 @@ class TrainerConfig:
 
 
 @dataclass
-class AlignConfig:
+class HeatmapConfig:
     """The alignment heatmaps drawn at the end of training."""
 
     layer: int = -1  # decoder layer whose cross-attention is plotted (heads averaged)
@@ -197,7 +197,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
-    align: AlignConfig = field(default_factory=AlignConfig)
+    heatmaps: HeatmapConfig = field(default_factory=HeatmapConfig)
     checkpoint: CheckpointingConfig = field(default_factory=CheckpointingConfig)
     seed: int = 1234
     output_dir: str = MISSING  # the run directory (Hydra's)

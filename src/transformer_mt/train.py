@@ -20,11 +20,12 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from transformer_mt.analysis.heatmaps import save_pair_heatmaps
 from transformer_mt.callbacks import AtomicCheckpointIO, ExactResume, FinalCheckpoint
 from transformer_mt.config import (
-    AlignConfig,
     CheckpointingConfig,
     DataConfig,
+    HeatmapConfig,
     OptimConfig,
     TrainerConfig,
     check_keys,
@@ -35,7 +36,6 @@ from transformer_mt.datamodule import TranslationDataModule
 from transformer_mt.lit_module import TranslationModule
 from transformer_mt.metrics import corpus_bleu, corpus_chrf
 from transformer_mt.model import Transformer
-from transformer_mt.viz.alignment import draw_pair
 from transformer_mt.viz.curves import metric_files, plot_curves, read_metrics, set_aside_metrics
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ def run(cfg: DictConfig) -> dict:
         metrics["alignment"] = _draw_alignment(
             module.model,
             tokenizer,
-            OmegaConf.to_object(cfg.align),
+            OmegaConf.to_object(cfg.heatmaps),
             list(valid.select(range(min(len(valid), 200)))),
             out,
         )
@@ -250,7 +250,7 @@ def _report(module: TranslationModule, datamodule: TranslationDataModule, out: P
 
 
 def _draw_alignment(
-    model: Transformer, tokenizer: Tokenizer, cfg: AlignConfig, valid: list[dict], out: Path
+    model: Transformer, tokenizer: Tokenizer, cfg: HeatmapConfig, valid: list[dict], out: Path
 ) -> dict:
     """Heatmaps of one decoder layer's cross-attention (heads averaged) after training.
 
@@ -264,7 +264,9 @@ def _draw_alignment(
     """
     drawn: dict = {}
     if cfg.src:
-        example = draw_pair(model, tokenizer, cfg.src, cfg.tgt, out / "alignment", cfg.layer)
+        example = save_pair_heatmaps(
+            model, tokenizer, cfg.src, cfg.tgt, out / "alignment", cfg.layer
+        )
         example["png"] = example["files"][0]
         drawn["example"] = example
         log.info("alignment heatmap: %s", out / example["png"])
@@ -274,7 +276,7 @@ def _draw_alignment(
         if max(len(row["src"].split()), len(row["tgt"].split())) <= cfg.max_words
     ]
     drawn["valid"] = [
-        draw_pair(
+        save_pair_heatmaps(
             model,
             tokenizer,
             row["src"],

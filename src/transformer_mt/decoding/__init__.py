@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from transformer_mt.decoding.config import DecodeConfig
 from transformer_mt.decoding.beam import Hypothesis, beam_search, length_penalty
+from transformer_mt.decoding.config import DecodeConfig
 from transformer_mt.decoding.greedy import greedy_decode
 from transformer_mt.decoding.text import Translation, translate
 from transformer_mt.model import Transformer
 
 __all__ = [
+    "DecodeConfig",
     "Hypothesis",
     "Translation",
     "beam_search",

@@ -14,4 +14,3 @@ class DecodeConfig:
     max_len_a: float = 1.0  # max output length = a · |X| + b
     max_len_b: int = 50
     batch_size: int = 128  # sentences decoded at once
-

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from transformer_mt.decoding.config import DecodeConfig
 from transformer_mt.data.batching import pad
 from transformer_mt.data.tokenizer import EOS_ID, Tokenizer
 from transformer_mt.decoding.beam import beam_search
+from transformer_mt.decoding.config import DecodeConfig
 from transformer_mt.decoding.greedy import greedy_decode
 from transformer_mt.model import Transformer
 

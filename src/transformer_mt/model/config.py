@@ -53,4 +53,3 @@ class TransformerConfig:
     def head_dim(self) -> int:
         """d_k = d_v = d_model / h (64 in base and big)."""
         return self.d_model // self.n_heads
-

@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_mt.model.config import TransformerConfig
 from transformer_mt.model.attention import MultiHeadAttention
 from transformer_mt.model.cache import LayerCache
+from transformer_mt.model.config import TransformerConfig
 
 
 class FeedForward(nn.Module):

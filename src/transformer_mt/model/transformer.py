@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from transformer_mt.model.config import TransformerConfig
 from transformer_mt.model.cache import DecoderCache
+from transformer_mt.model.config import TransformerConfig
 from transformer_mt.model.embeddings import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,

@@ -1,88 +1,15 @@
-"""Cross-attention as an alignment: capture it, fold pieces into words, draw it.
+"""Attention heatmaps: arrays and labels in, a matplotlib ``Figure`` out; nothing is computed here.
 
-Legend: L decoder layers, H heads, T target pieces, S source pieces, W words.
+Capturing the weights and folding pieces into words is ``transformer_mt.analysis``'s job;
+saving is the caller's. Figures are built without pyplot (no global state, any backend).
+
+Legend: L layers, H heads, W words (or pieces) of the rows and of the columns.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import torch
 from matplotlib.figure import Figure
 from torch import Tensor
-
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID
-from transformer_mt.decoding import greedy_decode
-from transformer_mt.model import AttentionMaps, Transformer
-
-WORD_START = "\u2581"  # SentencePiece's "▁", which starts every word
-CONTROL_PIECES = frozenset({"<s>", "</s>", "<pad>"})
-
-
-@torch.no_grad()
-def capture(model: Transformer, src: Tensor, tgt: Tensor) -> AttentionMaps:
-    """Teacher-forced attention of one pair: encoder, decoder self- and cross-attention.
-
-    Row t of the decoder's maps is the distribution while the decoder *produces* ``tgt[t]``
-    (its input is BOS, tgt[0], .., tgt[t-1]). The model is put in eval mode (no dropout)
-    for the call and restored afterwards.
-
-    Args:
-        src: (S,) EOS-terminated source ids of one sentence.
-        tgt: (T,) EOS-terminated target ids: a reference, or the model's own translation.
-
-    Returns:
-        maps with batch size 1.
-    """
-    was_training = model.training
-    model.eval()
-    tgt_in = torch.cat([tgt.new_tensor([BOS_ID]), tgt[:-1]])[None]  # (1, T)
-    _, maps = model.attention_maps(src[None], tgt_in)
-    model.train(was_training)
-    return maps
-
-
-def cross_attention(model: Transformer, src: Tensor, tgt: Tensor) -> Tensor:
-    """Teacher-forced cross-attention of every decoder layer and head: (L, H, T, S)."""
-    return capture(model, src, tgt).stacked("cross")[:, 0]
-
-
-def word_groups(pieces: list[str]) -> list[list[int]]:
-    """Indices of the pieces of each word: a new word starts at every piece with "▁".
-
-    Control pieces (``</s>``, ``<s>``, ``<pad>``) form words of their own; ``<unk>`` stays
-    inside the word it interrupts.
-    """
-    groups: list[list[int]] = []
-    for i, piece in enumerate(pieces):
-        if (
-            not groups
-            or piece.startswith(WORD_START)
-            or piece in CONTROL_PIECES
-            or pieces[i - 1] in CONTROL_PIECES
-        ):
-            groups.append([i])
-        else:
-            groups[-1].append(i)
-    return groups
-
-
-def words_of(pieces: list[str], groups: list[list[int]]) -> list[str]:
-    return ["".join(pieces[i] for i in g).replace(WORD_START, "") for g in groups]
-
-
-def to_words(weights: Tensor, tgt_groups: list[list[int]], src_groups: list[list[int]]) -> Tensor:
-    """Piece-level (..., T, S) weights to word level (..., W_tgt, W_src).
-
-    A target word's row is the mean of its pieces' rows (it stays a distribution); a source
-    word's column is the sum of its pieces' columns (the mass given to the word).
-    """
-    rows = torch.stack(
-        [weights[..., g, :].mean(dim=-2) for g in tgt_groups], dim=-2
-    )  # (..., W_tgt, S)
-    return torch.stack(
-        [rows[..., g].sum(dim=-1) for g in src_groups], dim=-1
-    )  # (..., W_tgt, W_src)
 
 
 def plot_alignment(
@@ -113,26 +40,6 @@ def plot_alignment(
         ax.set_title(title, fontsize=10, y=-0.08, va="top")
     fig.tight_layout()
     return fig
-
-
-def word_attention(
-    model: Transformer, tokenizer, src_ids: list[int], tgt_ids: list[int]
-) -> tuple[Tensor, list[str], list[str]]:
-    """Word-level cross-attention of every layer and head for one pair of piece-id sequences.
-
-    Args:
-        src_ids, tgt_ids: piece ids without EOS (it is appended here and kept as a word "</s>").
-
-    Returns:
-        weights (L, H, W_tgt, W_src), the source words and the target words.
-    """
-    src, tgt = torch.tensor(src_ids + [EOS_ID]), torch.tensor(tgt_ids + [EOS_ID])
-    weights = cross_attention(model, src, tgt)  # (L, H, T, S)
-    src_pieces = [tokenizer.sp.id_to_piece(i) for i in src.tolist()]
-    tgt_pieces = [tokenizer.sp.id_to_piece(i) for i in tgt.tolist()]
-    src_groups, tgt_groups = word_groups(src_pieces), word_groups(tgt_pieces)
-    words = to_words(weights, tgt_groups, src_groups)  # (L, H, W_tgt, W_src)
-    return words, words_of(src_pieces, src_groups), words_of(tgt_pieces, tgt_groups)
 
 
 def plot_heads(weights: Tensor, src_words: list[str], tgt_words: list[str]) -> Figure:
@@ -167,63 +74,3 @@ def plot_heads(weights: Tensor, src_words: list[str], tgt_words: list[str]) -> F
             ax.xaxis.tick_top()
     fig.colorbar(image, ax=axes, fraction=0.02, pad=0.01, label="attention weight")
     return fig
-
-
-def draw_pair(
-    model: Transformer,
-    tokenizer,
-    src: str,
-    tgt: str | None,
-    stem: Path,
-    layer: int = -1,
-    formats: tuple[str, ...] = ("png",),
-    heads: bool = True,
-) -> dict:
-    """Draw one pair's cross-attention: ``<stem>_layer<N>.<fmt>`` and ``<stem>_heads.<fmt>``.
-
-    Args:
-        tgt: the target to teacher-force; None translates ``src`` greedily first.
-        layer: the decoder layer of the heads-averaged heatmap (1-based, or negative from the end).
-        formats: file suffixes matplotlib understands, e.g. ``("png", "svg")``.
-        heads: also draw the grid of every head of every layer.
-
-    Returns:
-        the source, the target drawn (translation or given), the layer, the files written, and
-        per target word the source word it attends to most.
-    """
-    model.eval()
-    src_ids = tokenizer.encode([src])[0]
-    if tgt is None:
-        tgt_ids = greedy_decode(model, torch.tensor([src_ids + [EOS_ID]]))[0]
-    else:
-        tgt_ids = tokenizer.encode([tgt])[0]
-    weights, src_words, tgt_words = word_attention(model, tokenizer, src_ids, tgt_ids)
-    n_layers = weights.size(0)
-    if not (-n_layers <= layer < 0 or 1 <= layer <= n_layers):
-        raise ValueError(
-            f"layer {layer}: the decoder has layers 1..{n_layers} (or -1..-{n_layers})"
-        )
-    index = layer - 1 if layer > 0 else layer % n_layers
-    words = weights[index].mean(dim=0)  # heads averaged: (W_tgt, W_src)
-    title = f"decoder layer {index + 1} cross-attention, heads averaged"
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    files = []
-    figures = [
-        (f"{stem.name}_layer{index + 1}", plot_alignment(words, src_words, tgt_words, title), 150)
-    ]
-    if heads:
-        figures.append((f"{stem.name}_heads", plot_heads(weights, src_words, tgt_words), 110))
-    for name, fig, dpi in figures:
-        for fmt in formats:
-            path = stem.parent / f"{name}.{fmt}"
-            fig.savefig(path, dpi=dpi)
-            files.append(path.name)
-    best = words.argmax(dim=-1).tolist()
-    return {
-        "source": src,
-        "target": tokenizer.decode([tgt_ids])[0],
-        "translated": tgt is None,
-        "layer": index + 1,
-        "strongest": [[t, src_words[j]] for t, j in zip(tgt_words, best)],
-        "files": files,
-    }

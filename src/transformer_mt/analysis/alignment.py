@@ -1,4 +1,4 @@
-"""Word alignments read from attention, and how to judge them.
+"""Word alignments read from cross-attention, and how to judge them.
 
 Links are (source word i, target word j) pairs, the Pharaoh ``i-j`` convention. Gold sets mark
 sure links ``i-j`` and possible links ``ipj`` (Och & Ney 2003); possible includes sure.
@@ -16,8 +16,10 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
+from transformer_mt.analysis.capture import pair_attention
+from transformer_mt.analysis.stats import coverage, row_entropy, with_temperature
+from transformer_mt.errors import UserError
 from transformer_mt.model import Transformer
-from transformer_mt.viz.alignment import word_attention
 
 Links = set[tuple[int, int]]
 
@@ -67,6 +69,17 @@ def hard_alignment(weights: Tensor, method: str = "argmax") -> Links:
         columns = {(i, int(j)) for i, j in enumerate(weights.argmax(dim=-2).tolist())}
         return rows & columns
     raise ValueError(f"unknown alignment method {method!r}: use argmax or intersect")
+
+
+def translation_links(
+    model: Transformer, tokenizer, src_ids: list[int], tgt_ids: list[int], layer: int = -1
+) -> Links:
+    """Word links of a translation (piece ids, no EOS): argmax rows of one layer, heads averaged.
+
+    The EOS row and column are left out, so every link joins two real words.
+    """
+    words = pair_attention(model, tokenizer, src_ids, tgt_ids).words("cross")  # (L, H, W_t, W_s)
+    return hard_alignment(words[layer].mean(dim=0)[:-1, :-1])
 
 
 def symmetrize(forward: Links, backward: Links, method: str = "grow-diag-final-and") -> Links:
@@ -135,30 +148,6 @@ def precision_recall(
     return precision, recall
 
 
-def row_entropy(weights: Tensor) -> Tensor:
-    """Entropy in nats of every attention row (..., T, S) -> (..., T); uniform over n keys gives log(n)."""
-    return -(weights * weights.clamp_min(1e-30).log()).sum(dim=-1)
-
-
-def coverage(weights: Tensor) -> Tensor:
-    """Column sums (..., T, S) -> (..., S): how much attention each source word receives in total.
-
-    Rows sum to 1, columns need not; a source word near 0 is one no target word attends to.
-    """
-    return weights.sum(dim=-2)
-
-
-def with_temperature(weights: Tensor, tau: float) -> Tensor:
-    """The same attention at softmax temperature ``tau``: softmax(scores / tau) along the last dim.
-
-    The scores are recovered as log(weights) (up to a per-row constant, which the softmax
-    ignores). tau -> 0 approaches the row's argmax, tau -> inf the uniform distribution.
-    """
-    if tau <= 0:
-        raise ValueError(f"temperature must be > 0, got {tau}")
-    return (weights.clamp_min(1e-30).log() / tau).softmax(dim=-1)
-
-
 def read_gold(
     path: str | Path, one_indexed: bool = False, reverse: bool = False
 ) -> list[tuple[Links, Links]]:
@@ -180,7 +169,7 @@ def read_gold(
             if not parts:
                 continue
             if len(parts) not in (3, 4) or not all(t.isdigit() for t in parts[:3]):
-                raise ValueError(f"{path}:{n}: {line!r} is not 'sentence i j [S|P]'")
+                raise UserError(f"{path}:{n}: {line!r} is not 'sentence i j [S|P]'")
             sent, i, j = (int(t) for t in parts[:3])
             sure, possible = by_sentence.setdefault(sent, (set(), set()))
             link = (i - shift, j - shift)
@@ -194,7 +183,7 @@ def read_gold(
             try:
                 gold.append(read_pharaoh(line, one_indexed))
             except ValueError as err:
-                raise ValueError(f"{path}:{n}: {err}") from None
+                raise UserError(f"{path}:{n}: {err}") from None
     if reverse:
         gold = [({(j, i) for i, j in s}, {(j, i) for i, j in p}) for s, p in gold]
     return gold
@@ -246,8 +235,8 @@ def corpus_attention(
     for n, (src, tgt) in enumerate(
         tqdm(pairs, total=len(sources), disable=not progress, desc="attention")
     ):
-        src_ids, tgt_ids = tokenizer.encode([src, tgt])
-        words, src_words, tgt_words = word_attention(model, tokenizer, src_ids, tgt_ids)
+        pair = pair_attention(model, tokenizer, src, tgt)
+        words, src_words, tgt_words = pair.words("cross"), pair.src_words, pair.tgt_words
         for side, text, got in (("source", src, src_words), ("target", tgt, tgt_words)):
             if len(got) - 1 != len(text.split()):
                 raise ValueError(

@@ -1,0 +1,31 @@
+"""What every script shares: one-line messages for bad input instead of tracebacks."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+from transformer_mt.errors import UserError
+
+F = TypeVar("F", bound=Callable)
+
+
+def report_user_errors(main: F) -> F:
+    """Run ``main``; a ``UserError`` (or a FileNotFoundError) becomes ``error: <message>`` and exit 2.
+
+    Errors of other types are bugs: they propagate with their traceback.
+    """
+
+    @functools.wraps(main)
+    def wrapper(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except (UserError, FileNotFoundError) as err:
+            no_file = isinstance(err, FileNotFoundError) and err.filename is not None
+            message = f"{err.filename}: no such file" if no_file else str(err)
+            print(f"error: {message}", file=sys.stderr)
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
