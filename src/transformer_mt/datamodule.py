@@ -5,6 +5,7 @@ from __future__ import annotations
 import lightning as L
 import torch
 from datasets import DatasetDict
+from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader
 
 from transformer_mt.config import DataConfig
@@ -22,6 +23,8 @@ class TranslationDataModule(L.LightningDataModule):
         self.tokenizer: Tokenizer | None = None
         self.text: DatasetDict | None = None
         self.splits: DatasetDict | None = None
+        self.train_sampler: TokenBatchSampler | None = None  # the current epoch plan's owner
+        self._resume_at: tuple[int, int] | None = None  # (epoch, batches done) to skip
 
     def prepare_data(self) -> None:
         """Generate or load the corpus, train SentencePiece and tokenize: all cached for later runs."""
@@ -60,15 +63,13 @@ class TranslationDataModule(L.LightningDataModule):
             generator=torch.Generator().manual_seed(self.seed),
             persistent_workers=self.cfg.num_workers > 0,
             # page-locked host memory lets the copy to the GPU overlap compute
-            pin_memory=bool(
-                trainer and trainer.accelerator.__class__.__name__ == "CUDAAccelerator"
-            ),
+            pin_memory=trainer is not None and isinstance(trainer.accelerator, CUDAAccelerator),
         )
 
     def train_dataloader(self) -> DataLoader:
         loader = self._loader("train", shuffle=True)
-        self.train_sampler: TokenBatchSampler = loader.batch_sampler
-        if getattr(self, "_resume_at", None) is not None:
+        self.train_sampler = loader.batch_sampler
+        if self._resume_at is not None:
             self.train_sampler.resume_at(*self._resume_at)
             self._resume_at = None
         return loader
@@ -76,7 +77,7 @@ class TranslationDataModule(L.LightningDataModule):
     def resume_at(self, epoch: int, batches_done: int) -> None:
         """Skip the batches of ``epoch`` that a resumed run already trained on (see the sampler)."""
         self._resume_at = (epoch, batches_done)
-        if getattr(self, "train_sampler", None) is not None:
+        if self.train_sampler is not None:
             self.train_sampler.resume_at(epoch, batches_done)
 
     def val_dataloader(self) -> DataLoader:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 
 import lightning as L
@@ -17,7 +18,7 @@ from torch import Tensor
 
 from transformer_mt.config import DecodeConfig, OptimConfig, TransformerConfig
 from transformer_mt.data.batching import Batch
-from transformer_mt.data.tokenizer import PAD_ID
+from transformer_mt.data.tokenizer import PAD_ID, Tokenizer
 from transformer_mt.decoding import decode_batch
 from transformer_mt.metrics import corpus_bleu
 from transformer_mt.model import Transformer
@@ -56,15 +57,34 @@ class TranslationModule(L.LightningModule):
         tokenizer_path: str = "",
         on_nonfinite_loss: str = "stop",
         compile: bool = False,
+        valid_max_sentences: int = 1_000,
+        references: dict[str, Sequence[str]] | None = None,
     ) -> None:
+        """
+        Args:
+            model, optim, decode: the dataclass configs as plain dicts (a checkpoint's
+                hyperparameters rebuild the model alone from them).
+            tokenizer_path: the SentencePiece model that detokenizes hypotheses for BLEU.
+            valid_max_sentences: validation BLEU decodes the first N validation rows.
+            references: {"valid": [...], "test": [...]} target sentences by row, for BLEU;
+                none: BLEU is not computed (the loss and perplexity still are).
+        """
         super().__init__()
-        self.save_hyperparameters()  # plain dicts, so a checkpoint rebuilds the model alone
+        # Plain dicts, so a checkpoint rebuilds the model alone; the references are data.
+        self.save_hyperparameters(ignore=["references"])
         self.model_cfg = TransformerConfig(**model)
         self.optim_cfg = OptimConfig(**optim)
         self.decode_cfg = DecodeConfig(**decode)
         self.model = Transformer(self.model_cfg)
         self.on_nonfinite_loss, self.compile_model = on_nonfinite_loss, compile
+        self.tokenizer = Tokenizer(tokenizer_path) if tokenizer_path else None
+        self.valid_max_sentences = valid_max_sentences
+        self.references = dict(references or {})
         self.batch_in_flight: Batch | None = None  # for error messages (out of memory)
+        self.skipped_steps = 0  # non-finite steps skipped (trainer.on_nonfinite_loss=skip)
+        self.validated_at_step: int | None = None  # the step of the last validation
+        self._compiled = False
+        self._fit_start = time.perf_counter()
         self._outputs: dict[str, dict[int, list[int]]] = {}  # split -> row -> hypothesis ids
         self._nll: dict[str, list] = {}  # split -> [summed NLL, target tokens]
         self._tick: float | None = None
@@ -81,7 +101,7 @@ class TranslationModule(L.LightningModule):
         return cls(asdict(model), asdict(optim), asdict(decode), tokenizer_path, **kwargs)
 
     def configure_model(self) -> None:
-        if self.compile_model and not getattr(self, "_compiled", False):
+        if self.compile_model and not self._compiled:
             self.model.compile()  # in place: parameter names (and checkpoints) stay the same
             self._compiled = True
 
@@ -124,7 +144,7 @@ class TranslationModule(L.LightningModule):
                 f"or use precision=bf16-mixed instead of 16-mixed; trainer.on_nonfinite_loss=skip "
                 f"skips such steps instead of stopping"
             )
-        self.skipped_steps = getattr(self, "skipped_steps", 0) + 1
+        self.skipped_steps += 1
         log.warning("%s: step skipped (%d so far)", what, self.skipped_steps)
         self.log("train/skipped", float(self.skipped_steps), on_step=True)
         return None  # Lightning runs no backward and no optimizer step for this batch
@@ -159,9 +179,7 @@ class TranslationModule(L.LightningModule):
         self._nll[split][1] += n_tokens
         rows = torch.arange(batch.index.numel(), device=batch.index.device)
         if split == "val":  # validation BLEU on a fixed sample: the first valid_max_sentences rows
-            rows = (
-                (batch.index < self.trainer.datamodule.cfg.valid_max_sentences).nonzero().squeeze(1)
-            )
+            rows = (batch.index < self.valid_max_sentences).nonzero().squeeze(1)
         if rows.numel():
             hyps = decode_batch(self.model, batch.src[rows], self.decode_cfg)
             self._outputs[split].update(zip(batch.index[rows].tolist(), hyps))
@@ -185,14 +203,16 @@ class TranslationModule(L.LightningModule):
         """Row numbers and detokenized hypotheses of the last validation/test pass, in row order."""
         outputs = self._outputs.get(split, {})
         rows = sorted(outputs)
-        return rows, self.trainer.datamodule.tokenizer.decode([outputs[r] for r in rows])
+        if self.tokenizer is None:
+            raise RuntimeError("detokenizing needs the module's tokenizer_path")
+        return rows, self.tokenizer.decode([outputs[r] for r in rows])
 
     def _log_bleu(self, split: str, data_split: str) -> None:
-        rows, hyps = self.detokenized(split)
+        references = self.references.get(data_split)
+        rows, hyps = self.detokenized(split) if references is not None else ([], [])
         if not rows:
             return
-        refs = self.trainer.datamodule.text[data_split].select(rows)["tgt"]
-        bleu = corpus_bleu(hyps, list(refs))
+        bleu = corpus_bleu(hyps, [references[r] for r in rows])
         nll, n_tokens = self._nll[split]
         self.log(f"{split}/bleu", bleu.score, prog_bar=True, sync_dist=True)
         self.log(

@@ -26,12 +26,10 @@ from transformer_mt.config import (
     CheckpointingConfig,
     DataConfig,
     HeatmapConfig,
-    OptimConfig,
     TrainerConfig,
     check_keys,
 )
 from transformer_mt.data.batching import Batch
-from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.datamodule import TranslationDataModule
 from transformer_mt.lit_module import TranslationModule
 from transformer_mt.metrics import corpus_bleu, corpus_chrf
@@ -49,42 +47,81 @@ def run(cfg: DictConfig) -> dict:
     """
     started = time.perf_counter()
     check_keys(cfg)
+    out, resume_from = prepare_run_dir(cfg)
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule = build_data(cfg, out)
+    module = build_module(cfg, datamodule, out)
+    trainer = build_trainer(cfg, out)
+    step = tokens_per_step(trainer, cfg.optim, cfg.data)
+    fit(trainer, module, datamodule, resume_from)
+    val = final_validation(trainer, module, datamodule)
+    trainer.test(module, datamodule=datamodule, verbose=False)
+    metrics = {
+        **test_report(module, datamodule, out),
+        **val,
+        "parameters": sum(p.numel() for p in module.model.parameters()),
+        "wall_seconds": round(time.perf_counter() - started, 1),
+        **step,
+    }
+    if trainer.is_global_zero:
+        metrics["alignment"] = draw_heatmaps(
+            module.model, datamodule, OmegaConf.to_object(cfg.heatmaps), out
+        )
+        draw_curves(out)
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
+    return metrics
+
+
+def prepare_run_dir(cfg: DictConfig) -> tuple[Path, Path | None]:
+    """The run directory (a new one, or the one resumed) with its config.yaml; the checkpoint to resume."""
     out = Path(cfg.resume or cfg.output_dir)
     resume_from = _resume_checkpoint(cfg.resume) if cfg.resume else None
     out.mkdir(parents=True, exist_ok=True)
     if resume_from is not None:
         rank_zero_only(set_aside_metrics)(out)  # once, before any rank's logger starts
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    L.seed_everything(cfg.seed, workers=True)
+    return out, resume_from
 
-    data_cfg: DataConfig = OmegaConf.to_object(cfg.data)
-    datamodule = TranslationDataModule(data_cfg, seed=cfg.seed)
-    datamodule.setup(
-        "fit"
-    )  # builds (or loads from cache) everything; Lightning's own calls then return
-    tokenizer = datamodule.tokenizer
-    shutil.copyfile(tokenizer.path, out / "tokenizer.model")  # the run directory is self-contained
 
+def build_data(cfg: DictConfig, out: Path) -> TranslationDataModule:
+    """The corpus, tokenizer and splits (built once, or loaded from the cache); the tokenizer is
+    copied into the run directory so that it is self-contained."""
+    datamodule = TranslationDataModule(OmegaConf.to_object(cfg.data), seed=cfg.seed)
+    datamodule.setup("fit")  # Lightning's own calls then return at once
+    shutil.copyfile(datamodule.tokenizer.path, out / "tokenizer.model")
+    return datamodule
+
+
+def build_module(
+    cfg: DictConfig, datamodule: TranslationDataModule, out: Path
+) -> TranslationModule:
+    """The LightningModule, with the vocabulary size, tokenizer and BLEU references of the data."""
     trainer_cfg: TrainerConfig = OmegaConf.to_object(cfg.trainer)
-    model_cfg = replace(OmegaConf.to_object(cfg.model), vocab_size=tokenizer.vocab_size)
-    optim_cfg = OmegaConf.to_object(cfg.optim)
+    model_cfg = replace(OmegaConf.to_object(cfg.model), vocab_size=datamodule.tokenizer.vocab_size)
     module = TranslationModule.from_configs(
         model_cfg,
-        optim_cfg,
+        OmegaConf.to_object(cfg.optim),
         OmegaConf.to_object(cfg.decode),
         str(out / "tokenizer.model"),
         on_nonfinite_loss=trainer_cfg.on_nonfinite_loss,
         compile=trainer_cfg.compile,
+        valid_max_sentences=cfg.data.valid_max_sentences,
+        references={split: list(datamodule.text[split]["tgt"]) for split in ("valid", "test")},
     )
     n_params = sum(p.numel() for p in module.model.parameters())
     log.info(
         "model=%s: %s parameters, vocabulary %d",
         model_cfg.name,
         f"{n_params:,}",
-        tokenizer.vocab_size,
+        model_cfg.vocab_size,
     )
+    return module
 
-    trainer = L.Trainer(
+
+def build_trainer(cfg: DictConfig, out: Path) -> L.Trainer:
+    """``lightning.Trainer`` with our loggers, exact-resume and checkpoint callbacks."""
+    trainer_cfg: TrainerConfig = OmegaConf.to_object(cfg.trainer)
+    return L.Trainer(
         **lightning_arguments(trainer_cfg),
         default_root_dir=out,
         logger=build_loggers(trainer_cfg.loggers, out),
@@ -96,36 +133,34 @@ def run(cfg: DictConfig) -> dict:
         plugins=[AtomicCheckpointIO()],
         use_distributed_sampler=False,  # TokenBatchSampler shards by rank itself
     )
-    step = tokens_per_step(trainer, optim_cfg, data_cfg)
+
+
+def fit(
+    trainer: L.Trainer,
+    module: TranslationModule,
+    datamodule: TranslationDataModule,
+    resume_from: Path | None,
+) -> None:
+    """``trainer.fit``; running out of GPU memory names the batch and what to lower."""
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
     except torch.OutOfMemoryError as err:
         raise RuntimeError(
-            out_of_memory_message(module.batch_in_flight, data_cfg, trainer)
+            out_of_memory_message(module.batch_in_flight, datamodule.cfg, trainer)
         ) from err
-    if getattr(module, "validated_at_step", None) != trainer.global_step:
-        trainer.validate(module, datamodule=datamodule, verbose=False)  # dev figures of the end
-    val_bleu = float(trainer.callback_metrics.get("val/bleu", float("nan")))  # test() replaces them
-    val_ppl = float(trainer.callback_metrics.get("val/ppl", float("nan")))
-    trainer.test(module, datamodule=datamodule, verbose=False)
-    metrics = _report(module, datamodule, out)
-    metrics["val_bleu"] = round(val_bleu, 2)
-    metrics["val_ppl"] = round(val_ppl, 3)
-    metrics.update(
-        parameters=n_params, wall_seconds=round(time.perf_counter() - started, 1), **step
-    )
-    if trainer.is_global_zero:
-        valid = datamodule.text["valid"]
-        metrics["alignment"] = _draw_alignment(
-            module.model,
-            tokenizer,
-            OmegaConf.to_object(cfg.heatmaps),
-            list(valid.select(range(min(len(valid), 200)))),
-            out,
-        )
-        _draw_curves(out)
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
-    return metrics
+
+
+def final_validation(
+    trainer: L.Trainer, module: TranslationModule, datamodule: TranslationDataModule
+) -> dict:
+    """Validation figures of the final weights (validating again when the last one is stale)."""
+    if module.validated_at_step != trainer.global_step:
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+    metrics = trainer.callback_metrics  # test() replaces them: read them now
+    return {
+        "val_bleu": round(float(metrics.get("val/bleu", float("nan"))), 2),
+        "val_ppl": round(float(metrics.get("val/ppl", float("nan"))), 3),
+    }
 
 
 def lightning_arguments(cfg: TrainerConfig) -> dict:
@@ -183,7 +218,7 @@ def checkpoint_callbacks(cfg: CheckpointingConfig, out: Path) -> list[ModelCheck
     return callbacks or [ModelCheckpoint(**common)]
 
 
-def tokens_per_step(trainer: L.Trainer, optim: OptimConfig, data: DataConfig) -> dict:
+def tokens_per_step(trainer: L.Trainer, optim: DictConfig, data: DictConfig) -> dict:
     """Derive gradient accumulation from ``optim.tokens_per_step`` for the devices present (§5.1).
 
     Each device's micro-batch holds at most ``data.max_tokens`` padded tokens per side, so a
@@ -231,7 +266,7 @@ def _resume_checkpoint(run_dir: str) -> Path:
     return ckpt
 
 
-def _report(module: TranslationModule, datamodule: TranslationDataModule, out: Path) -> dict:
+def test_report(module: TranslationModule, datamodule: TranslationDataModule, out: Path) -> dict:
     """Score the test hypotheses, write them, and print SacreBLEU with its signature."""
     rows, hyps = module.detokenized("test")
     refs = list(datamodule.text["test"].select(rows)["tgt"])
@@ -249,8 +284,8 @@ def _report(module: TranslationModule, datamodule: TranslationDataModule, out: P
     }
 
 
-def _draw_alignment(
-    model: Transformer, tokenizer: Tokenizer, cfg: HeatmapConfig, valid: list[dict], out: Path
+def draw_heatmaps(
+    model: Transformer, datamodule: TranslationDataModule, cfg: HeatmapConfig, out: Path
 ) -> dict:
     """Heatmaps of one decoder layer's cross-attention (heads averaged) after training.
 
@@ -262,6 +297,8 @@ def _draw_alignment(
     Returns:
         what was drawn, per target word the source word it attends to most.
     """
+    tokenizer, valid = datamodule.tokenizer, datamodule.text["valid"]
+    valid = list(valid.select(range(min(len(valid), 200))))  # the first rows: the same every run
     drawn: dict = {}
     if cfg.src:
         example = save_pair_heatmaps(
@@ -290,6 +327,6 @@ def _draw_alignment(
     return drawn
 
 
-def _draw_curves(out: Path) -> None:
+def draw_curves(out: Path) -> None:
     if metric_files(out):
         plot_curves(read_metrics(out)).savefig(out / "training_curves.png", dpi=120)
