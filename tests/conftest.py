@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,15 @@ from transformer_mt.config import TransformerConfig, register_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+SHARED = ROOT.parent / "shared" / "data"  # real corpora beside the checkout, never copied into it
+
+
+def needs_shared(folder: Path = SHARED) -> pytest.MarkDecorator:
+    """Skip where ``folder`` (under ../shared/data) is absent, except under CI=true: there it must
+    be present, so the test runs and fails instead of a missing folder passing as green."""
+    missing = not folder.is_dir() and os.environ.get("CI") != "true"
+    return pytest.mark.skipif(missing, reason=f"{folder} is absent (the shared corpora)")
+
 
 register_configs()
 

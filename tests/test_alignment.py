@@ -23,10 +23,10 @@ from transformer_mt.analysis import (
     with_temperature,
 )
 
-from .conftest import ROOT
+from .conftest import SHARED, needs_shared
 
-GOLD = ROOT.parent / "shared" / "data" / "word_alignment_gold_enfr_roen"
-DEEN = ROOT.parent / "shared" / "data" / "word_alignment_gold_deen_bicici"
+GOLD = SHARED / "word_alignment_gold_enfr_roen"
+DEEN = SHARED / "word_alignment_gold_deen_bicici"
 
 
 def test_aer_all_correct_all_wrong_and_possible_links() -> None:
@@ -79,7 +79,7 @@ def test_coverage_is_column_sums() -> None:
     )  # source word 2: nobody attends
 
 
-@pytest.mark.skipif(not GOLD.is_dir(), reason=f"{GOLD} is absent (the shared gold alignments)")
+@needs_shared(GOLD)
 def test_the_hansards_gold_set_reads_as_documented() -> None:
     lines = (GOLD / "enfr.gold.talp").read_text().splitlines()
     en = (GOLD / "enfr.en").read_text().splitlines()
@@ -139,7 +139,7 @@ def test_read_gold_naacl_pharaoh_and_reverse(tmp_path) -> None:
         read_gold(pharaoh)
 
 
-@pytest.mark.skipif(not DEEN.is_dir(), reason=f"{DEEN} is absent (the shared gold alignments)")
+@needs_shared(DEEN)
 def test_the_two_deen_gold_files_agree() -> None:
     """de-en.ref.wa (NAACL, 1-based sentences) and de-en.wa (Pharaoh) hold the same links."""
     naacl = read_gold(DEEN / "de-en.ref.wa")
@@ -173,7 +173,7 @@ def test_score_layers_against_hand_made_gold() -> None:
         score_layers(_fixed_attention(), gold[:1])
 
 
-@pytest.mark.skipif(not GOLD.is_dir(), reason=f"{GOLD} is absent (the shared gold alignments)")
+@needs_shared(GOLD)
 def test_the_romanian_english_gold_reads_as_documented() -> None:
     gold = read_gold(GOLD / "roen.gold.talp", one_indexed=True)
     ro = (GOLD / "roen.ro").read_text().splitlines()

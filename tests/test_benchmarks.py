@@ -10,7 +10,9 @@ import sys
 
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, SHARED, needs_shared
+
+pytestmark = pytest.mark.slow  # training runs and subprocesses: not in the fast lane
 
 BENCH = ROOT / "benchmarks"
 
@@ -60,10 +62,7 @@ def test_decode_benchmark_runs_every_variant() -> None:
     assert "cached/uncached, greedy:" in out and "cached/uncached, beam 4:" in out
 
 
-@pytest.mark.skipif(
-    not (ROOT.parent / "shared" / "data" / "multi30k_task1").is_dir(),
-    reason="../shared/data absent",
-)
+@needs_shared(SHARED / "multi30k_task1")
 def test_padding_benchmark_compares_bucketed_and_random_batches() -> None:
     out = _run("padding.py")
     bucketed = float(out.split("length-bucketed (ours)")[1].split()[0].rstrip("%"))

@@ -33,6 +33,59 @@ def test_every_model_and_data_preset_composes_into_the_schema(
     assert isinstance(OmegaConf.to_object(cfg.data), DataConfig)
 
 
+def test_a_model_preset_never_switches_another_group(compose_cfg) -> None:
+    # The optimizer is the primary config's choice (short_warmup for the demo), whatever the model.
+    for model in ("tiny", "small", "base", "big"):
+        cfg = compose_cfg(f"model={model}")
+        assert cfg.optim.name == "short_warmup" and cfg.optim.warmup == 400
+
+
+def test_presets_state_only_what_differs_and_no_path_outside_the_repository() -> None:
+    from .conftest import CONF
+
+    for path in CONF.rglob("*.yaml"):
+        text = path.read_text()
+        assert "../" not in text and "/shared/" not in text, f"{path} names a path outside the repo"
+        assert "cache_dir" not in text or path.name == "train.yaml", f"{path} restates cache_dir"
+    for row in CONF.glob("experiment/table3_*.yaml"):
+        if row.name != "table3_base.yaml":
+            assert "table3_base" in row.read_text() and len(row.read_text().splitlines()) <= 15
+
+
+def test_paper_recipes_share_one_base(compose_cfg) -> None:
+    base = compose_cfg("experiment=paper_base_en_de")
+    big_fr = compose_cfg("experiment=paper_big_en_fr")
+    assert (base.model.name, base.data.name, base.trainer.max_steps) == (
+        "base",
+        "wmt14_en_de",
+        100000,
+    )
+    assert (big_fr.model.name, big_fr.data.name, big_fr.trainer.max_steps) == (
+        "big",
+        "wmt14_en_fr",
+        300000,
+    )
+    assert big_fr.model.dropout == 0.1 and big_fr.checkpoint.average_last == 20
+    assert big_fr.optim == base.optim and big_fr.optim.tokens_per_step == 25000
+    row = compose_cfg("experiment=table3_A_h1")
+    assert (row.model.n_heads, row.model.d_model, row.trainer.max_steps) == (1, 512, 100000)
+    assert compose_cfg("experiment=table3_big").model.d_model == 1024
+
+
+def test_local_dir_reads_a_hub_data_set_from_files(compose_cfg, tmp_path) -> None:
+    from omegaconf import OmegaConf
+
+    cfg = compose_cfg("data=multi30k_en_de", f"data.local_dir={tmp_path}")
+    data = OmegaConf.to_object(cfg.data)
+    assert data.split_files()["test"] == [
+        str(tmp_path / "test_2016_flickr.en.gz"),
+        str(tmp_path / "test_2016_flickr.de.gz"),
+    ]
+    wmt = OmegaConf.to_object(compose_cfg("data=wmt14_en_de", f"data.local_dir={tmp_path}").data)
+    with pytest.raises(ValueError, match="names no data.local_files"):
+        wmt.split_files()
+
+
 def test_paper_presets_have_the_papers_values(compose_cfg) -> None:
     base = compose_cfg("model=base").model
     assert (base.n_layers, base.d_model, base.d_ff, base.n_heads, base.dropout) == (
@@ -50,13 +103,16 @@ def test_paper_presets_have_the_papers_values(compose_cfg) -> None:
         16,
         0.3,
     )
-    optim = compose_cfg("model=base").optim
+    optim = compose_cfg("optim=paper").optim
     assert (optim.warmup, list(optim.betas), optim.eps) == (4000, [0.9, 0.98], 1e-9)
 
 
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_every_trainer_preset_composes(compose_cfg, trainer: str) -> None:
-    assert compose_cfg(f"trainer={trainer}").trainer.accelerator in ("cpu", "gpu", "auto")
+    expected = {"cpu": ("cpu", 1, "auto"), "gpu": ("gpu", 1, "auto"), "ddp": ("gpu", "auto", "ddp")}
+    expected["ddp_cpu"] = ("cpu", 2, "ddp")
+    t = compose_cfg(f"trainer={trainer}").trainer
+    assert (t.accelerator, t.devices, t.strategy) == expected[trainer]
 
 
 def test_unknown_key_is_an_error(compose_cfg) -> None:

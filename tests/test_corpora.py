@@ -14,12 +14,7 @@ from omegaconf import OmegaConf
 from transformer_mt.config import DataConfig
 from transformer_mt.data.dataset import load_corpus, tokenize, train_tokenizer
 
-from .conftest import ROOT
-
-SHARED = ROOT.parent / "shared" / "data"
-needs_shared = pytest.mark.skipif(
-    not SHARED.is_dir(), reason=f"{SHARED} is absent (the shared corpora)"
-)
+from .conftest import SHARED, needs_shared
 
 PAIRS = [
     ("Ein Hund läuft im Park.", "A dog runs in the park."),
@@ -213,7 +208,8 @@ def test_tokenization_is_cached_for_the_next_run(compose_cfg, tmp_path: Path) ->
     assert train_tokenizer(again, cfg).path != tokenizer.path  # other settings: retrained
 
 
-@needs_shared
+@pytest.mark.slow  # reads 120k lines
+@needs_shared()
 @pytest.mark.parametrize(
     ("folder", "files", "n"),
     [
@@ -235,3 +231,15 @@ def test_local_reads_the_shared_corpora(compose_cfg, folder: str, files: list[st
     corpus = load_corpus(cfg)
     assert len(corpus["test"]) == n
     assert corpus["test"][0]["src"] and corpus["test"][0]["tgt"]
+
+
+@needs_shared()
+def test_a_hub_preset_reads_a_local_copy_through_local_dir(compose_cfg) -> None:
+    cfg = _data_cfg(compose_cfg, "multi30k_en_de", f"data.local_dir={SHARED / 'multi30k_task1'}")
+    corpus = load_corpus(cfg)
+    assert {s: len(d) for s, d in corpus.items()} == {
+        "train": 29_000,
+        "valid": 1_014,
+        "test": 1_000,
+    }
+    assert corpus["test"][0]["src"].startswith("A man")  # English first: src_lang en

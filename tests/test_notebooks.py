@@ -6,6 +6,8 @@ import pytest
 
 from .conftest import ROOT
 
+pytestmark = pytest.mark.slow  # training runs and subprocesses: not in the fast lane
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 

@@ -12,6 +12,8 @@ from transformer_mt.train import run
 
 from .conftest import CONF
 
+pytestmark = pytest.mark.slow  # training runs and subprocesses: not in the fast lane
+
 SMALL = [
     "data.train_size=400",
     "data.valid_size=20",

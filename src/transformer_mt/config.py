@@ -17,6 +17,7 @@ from typing import Any
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from transformer_mt.decoding.config import DecodeConfig
+from transformer_mt.errors import UserError
 from transformer_mt.model.config import TransformerConfig
 
 __all__ = [
@@ -58,6 +59,10 @@ class DataConfig:
     )
     # source=local: per split, [source file, target file] (line-aligned, optionally .gz) or [one .tsv]
     files: dict[str, list[str]] = field(default_factory=dict)
+    # Any data set, from a copy on disk instead (a machine without the hub): local_dir names the
+    # folder, local_files the preset's file names in it per split, as for ``files``.
+    local_dir: str | None = None
+    local_files: dict[str, list[str]] = field(default_factory=dict)
     train_subset: int | None = None  # keep N training pairs
     subset_strategy: str = "first"  # "first" N, or a seeded "random" N
     vocab_size: int = 1_000  # joint SentencePiece BPE vocabulary
@@ -69,6 +74,22 @@ class DataConfig:
     num_workers: int = 0  # DataLoader workers
     cache_dir: str = MISSING
     example: str | None = None  # a source sentence whose attention is drawn after training
+
+    def split_files(self) -> dict[str, list[str]]:
+        """Per split, the files to read: ``files``, or ``local_files`` inside ``local_dir``."""
+        if self.local_dir is None:
+            return self.files
+        if not self.local_files:
+            raise UserError(
+                f"data.local_dir={self.local_dir} is set, but data={self.name} names no "
+                f"data.local_files (per split, the file names inside it); use data=local with "
+                f"data.files instead"
+            )
+        folder = Path(self.local_dir).expanduser()
+        return {
+            split: [str(folder / name) for name in names]
+            for split, names in self.local_files.items()
+        }
 
     def __post_init__(self) -> None:
         if self.source not in ("demo", "hub", "local"):

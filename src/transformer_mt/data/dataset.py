@@ -59,7 +59,7 @@ def load_corpus(cfg: DataConfig) -> DatasetDict:
     if cfg.source == "demo":
         files = demo_files(cfg)
         corpus = load_dataset("json", data_files=files, cache_dir=str(Path(cfg.cache_dir) / "hf"))
-    elif cfg.source == "hub":
+    elif cfg.source == "hub" and cfg.local_dir is None:
         corpus = _load_hub(cfg)
     else:
         corpus = DatasetDict({split: _load_local(cfg, split) for split in SPLITS})
@@ -132,10 +132,11 @@ def _procs(cfg: DataConfig, ds) -> int | None:
 
 def _load_local(cfg: DataConfig, split: str) -> Dataset:
     """One split from line-aligned files through ``Dataset.from_generator`` (streamed, Arrow-cached)."""
-    paths = [Path(p).expanduser() for p in cfg.files.get(split) or []]
+    files = cfg.split_files().get(split)
+    paths = [Path(p).expanduser() for p in files or []]
     if len(paths) not in (1, 2):
         raise ValueError(
-            f"data.files.{split} must list a source and a target file, or one TSV file; got {cfg.files.get(split)}"
+            f"data.files.{split} must list a source and a target file, or one TSV file; got {files}"
         )
     for path in paths:
         if not path.is_file():
