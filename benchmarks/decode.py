@@ -38,7 +38,7 @@ def timed(fn, repeats: int) -> float:
 @torch.inference_mode()
 def greedy_last_position_only(model: Transformer, src: torch.Tensor, n: int) -> list[list[int]]:
     """Greedy prefix recomputation that sends only the last decoder state through the output layer."""
-    memory, mask, _ = model.encode(src)
+    memory, mask = model.encode(src)
     prefix = torch.full((src.size(0), 1), BOS_ID)
     for step in range(n + 1):
         # No self mask: the causal kernel, as Transformer.decode runs teacher-forced prefixes.

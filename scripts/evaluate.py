@@ -5,6 +5,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from transformer_mt.cli import report_user_errors
 from transformer_mt.config import register_configs
 from transformer_mt.evaluate import evaluate
 
@@ -12,6 +13,7 @@ register_configs()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
+@report_user_errors  # bad input: one line, no Hydra traceback; bugs keep theirs
 def main(cfg: DictConfig) -> None:
     evaluate(cfg)
 

@@ -12,7 +12,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from transformer_mt.cli import report_user_errors
 from transformer_mt.config import TrainConfig, register_configs
+from transformer_mt.errors import UserError
 from transformer_mt.train import run
 
 register_configs()
@@ -22,13 +24,13 @@ def resumed_config(run_dir: str, overrides: list[str]) -> DictConfig:
     """The run's saved config.yaml with the command line's ``key=value`` overrides applied."""
     saved = Path(run_dir) / "config.yaml"
     if not saved.is_file():
-        raise SystemExit(
+        raise UserError(
             f"resume={run_dir}: no config.yaml there; pass a run directory written by scripts/train.py"
         )
     changes = [o for o in overrides if not o.startswith(("resume=", "hydra."))]
     groups = [o for o in changes if "." not in o.split("=", 1)[0]]
     if groups:
-        raise SystemExit(
+        raise UserError(
             f"resume={run_dir}: {groups} would swap whole config groups of a run in progress; "
             f"a resumed run keeps its model, data and trainer presets (change single keys instead, "
             f"e.g. trainer.max_steps=200000)"
@@ -40,6 +42,7 @@ def resumed_config(run_dir: str, overrides: list[str]) -> DictConfig:
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+@report_user_errors  # bad input: one line, no Hydra traceback; bugs keep theirs
 def main(cfg: DictConfig) -> None:
     if cfg.resume:
         cfg = resumed_config(cfg.resume, list(HydraConfig.get().overrides.task))

@@ -26,8 +26,8 @@ SRC = torch.tensor([[4, 5, 6, EOS_ID], [6, EOS_ID, PAD_ID, PAD_ID], [5, 5, EOS_I
 def sequence_logprob(model: Transformer, src: torch.Tensor, tokens: list[int]) -> float:
     """Teacher-forced log p(tokens + EOS | src) under the model (the search does not renormalise)."""
     with torch.no_grad():
-        memory, mask, _ = model.encode(src[None])
-        logits = model.decode(torch.tensor([[BOS_ID] + tokens]), memory, mask)[0][0]  # (T, V)
+        memory, mask = model.encode(src[None])
+        logits = model.decode(torch.tensor([[BOS_ID] + tokens]), memory, mask)[0]  # (T, V)
     logprobs = logits.log_softmax(-1)
     return float(sum(logprobs[t, y] for t, y in enumerate(tokens + [EOS_ID])))
 

@@ -81,6 +81,7 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
         resolve_checkpoint(tmp_path)
 
 
+@pytest.mark.slow  # a subprocess
 def test_average_checkpoints_cli_writes_a_loadable_average(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 
 from transformer_mt.config import DataConfig
 from transformer_mt.data.dataset import load_corpus, tokenize, train_tokenizer
+from transformer_mt.errors import UserError
 
 from .conftest import SHARED, needs_shared
 
@@ -104,10 +105,11 @@ def test_unreachable_hub_names_the_data_set_and_the_alternatives(
 ) -> None:
     cfg = _data_cfg(compose_cfg, "wmt14_en_de", f"data.hf_path={tmp_path / 'nowhere'}")
     with pytest.raises(
-        RuntimeError,
-        match=r"(?s)could not load the data set .*nowhere.*use data=local .* or data=demo_es_en",
-    ):
+        UserError,
+        match=r"could not load the data set .*nowhere.*point data.local_dir .*use data=local .*or data=demo_es_en$",
+    ) as err:
         load_corpus(cfg)
+    assert "\n" not in str(err.value)  # one line
 
 
 def test_wrong_language_pair_is_a_clear_error(compose_cfg, fake_wmt14: Path) -> None:
@@ -243,3 +245,39 @@ def test_a_hub_preset_reads_a_local_copy_through_local_dir(compose_cfg) -> None:
         "test": 1_000,
     }
     assert corpus["test"][0]["src"].startswith("A man")  # English first: src_lang en
+
+
+def test_files_of_blank_lines_are_refused_before_sentencepiece(compose_cfg, tmp_path: Path) -> None:
+    src, tgt = _write(tmp_path / "b.de", ["", " ", ""]), _write(tmp_path / "b.en", ["", "", "\t"])
+    cfg = _local(compose_cfg, tmp_path, [str(src), str(tgt)])
+    corpus = load_corpus(cfg)
+    with pytest.raises(UserError, match=r"split 'train' of data=local has no text .* are empty"):
+        train_tokenizer(corpus, cfg)
+
+
+@pytest.mark.slow  # a subprocess
+def test_the_train_script_prints_bad_input_on_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    src, tgt = _write(tmp_path / "b.de", ["", ""]), _write(tmp_path / "b.en", ["", ""])
+    files = f"[{src},{tgt}]"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "train.py"),
+            "data=local",
+            "data.src_lang=de",
+            "data.tgt_lang=en",
+            *(f"data.files.{split}={files}" for split in ("train", "valid", "test")),
+            f"data.cache_dir={tmp_path / 'cache'}",
+            f"output_dir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "has no text to learn pieces from" in errors[0]
+    assert "Traceback" not in result.stderr and "HYDRA_FULL_ERROR" not in result.stderr

@@ -19,11 +19,11 @@ def test_cached_steps_equal_full_recomputation(
     model = Transformer(replace(tiny_cfg, norm_first=norm_first)).eval()
     src = torch.tensor([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
     tgt_in = torch.cat([torch.full((2, 1), BOS_ID), torch.randint(4, 24, (2, 6))], dim=1)  # (2, 7)
-    memory, mask, _ = model.encode(src)
-    full = model.decode(tgt_in, memory, mask)[0].log_softmax(-1)  # (2, 7, V)
+    memory, mask = model.encode(src)
+    full = model.decode(tgt_in, memory, mask).log_softmax(-1)  # (2, 7, V)
     cache = model.start_decoding(memory, mask)
     for t in range(tgt_in.size(1)):
-        step, _ = model.decode_step(tgt_in[:, t : t + 1], cache)
+        step = model.decode_step(tgt_in[:, t : t + 1], cache)
         # Not bitwise: one query row and T rows take different matmul/SDPA kernels (differences
         # at rounding level); the decoded tokens are compared exactly below and in test_beam.py.
         torch.testing.assert_close(step, full[:, t], atol=1e-5, rtol=1e-5)
@@ -33,7 +33,7 @@ def test_cached_steps_equal_full_recomputation(
 def test_cache_reorder_selects_rows(tiny_cfg: TransformerConfig) -> None:
     model = Transformer(tiny_cfg).eval()
     src = torch.randint(4, 24, (3, 5))
-    memory, mask, _ = model.encode(src)
+    memory, mask = model.encode(src)
     cache = model.start_decoding(memory, mask)
     model.decode_step(torch.full((3, 1), BOS_ID), cache)
     picked = cache.reorder(torch.tensor([2, 0]))
@@ -43,10 +43,10 @@ def test_cache_reorder_selects_rows(tiny_cfg: TransformerConfig) -> None:
 
 
 def _uncached_greedy(model: Transformer, src: torch.Tensor, max_len: int) -> list[int]:
-    memory, mask, _ = model.encode(src[None])
+    memory, mask = model.encode(src[None])
     ys = [BOS_ID]
     for _ in range(max_len):
-        logits = model.decode(torch.tensor([ys]), memory, mask)[0][0, -1]
+        logits = model.decode(torch.tensor([ys]), memory, mask)[0, -1]
         logits[[PAD_ID, BOS_ID]] = -torch.inf
         ys.append(int(logits.argmax()))
         if ys[-1] == EOS_ID:

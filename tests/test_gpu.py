@@ -83,11 +83,11 @@ def test_cuda_cached_steps_equal_full_recomputation(norm_first: bool) -> None:
         [torch.full((2, 1), BOS_ID), torch.randint(4, 40, (2, 9))], dim=1
     ).cuda()  # (2, 10)
     with torch.no_grad():
-        memory, mask, _ = model.encode(src)
-        full = model.decode(tgt_in, memory, mask)[0].log_softmax(-1)  # (2, 10, V)
+        memory, mask = model.encode(src)
+        full = model.decode(tgt_in, memory, mask).log_softmax(-1)  # (2, 10, V)
         cache = model.start_decoding(memory, mask)
         for t in range(tgt_in.size(1)):
-            step, _ = model.decode_step(tgt_in[:, t : t + 1], cache)
+            step = model.decode_step(tgt_in[:, t : t + 1], cache)
             # Different kernels for one query row vs many: fp32 rounding, not exact.
             torch.testing.assert_close(step, full[:, t], atol=1e-4, rtol=1e-4)
 

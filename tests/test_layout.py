@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 
+# A subprocess, yet in the fast lane: the layering it guards is cheap to break and to check (~3 s).
 def test_model_and_decoding_load_without_hydra_omegaconf_or_lightning() -> None:
     # A fresh interpreter: this test process has Hydra loaded already (conftest).
     code = (

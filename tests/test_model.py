@@ -52,8 +52,8 @@ def test_padding_changes_no_real_output(tiny_cfg: TransformerConfig) -> None:
 def test_padded_source_keys_get_zero_cross_attention(tiny_cfg: TransformerConfig) -> None:
     model = _model(tiny_cfg)
     src = torch.tensor([[5, 6, 7, 0, 0]])
-    memory, mask, _ = model.encode(src)
-    _, weights = model.decode(torch.tensor([[2, 8, 9]]), memory, mask, need_weights=True)
+    _, maps = model.attention_maps(src, torch.tensor([[2, 8, 9]]))
+    weights = maps.cross
     assert len(weights) == tiny_cfg.n_layers
     for w in weights:  # (B, H, T, S)
         assert w[..., 3:].abs().max() == 0.0

@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from transformer_mt.config import DataConfig, TransformerConfig
 from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.errors import UserError
 from transformer_mt.model import Transformer
 
 
@@ -67,7 +68,7 @@ def average_checkpoints(paths: Sequence[str | Path], map_location: str = "cpu") 
     differs. The result keeps the hyper-parameters of the first and lists its sources.
     """
     if not paths:
-        raise ValueError("no checkpoints to average")
+        raise UserError("no checkpoints to average")
     first = _load(Path(paths[0]), map_location)
     sums = {k: v.double() if v.is_floating_point() else v for k, v in first["state_dict"].items()}
     for path in paths[1:]:
@@ -77,7 +78,7 @@ def average_checkpoints(paths: Sequence[str | Path], map_location: str = "cpu") 
             if sums[key].is_floating_point():
                 sums[key] += value.double()
             elif not torch.equal(sums[key], value):
-                raise ValueError(
+                raise UserError(
                     f"{path}: non-float tensor {key} differs from {paths[0]}; cannot average it"
                 )
     dtypes = {k: v.dtype for k, v in first["state_dict"].items()}
@@ -110,7 +111,7 @@ def _check_same_model(a: dict, b: dict, path_a: str | Path, path_b: str | Path) 
         if a["state_dict"][k].shape != b["state_dict"][k].shape
     ]
     if differ:
-        raise ValueError(f"{path_b} is not the same model as {path_a}: " + "; ".join(differ[:6]))
+        raise UserError(f"{path_b} is not the same model as {path_a}: " + "; ".join(differ[:6]))
 
 
 def load_model(
@@ -139,7 +140,7 @@ def load_model(
     model.load_state_dict(state)
     tokenizer = Tokenizer(ckpt_path.parent.parent / "tokenizer.model")
     if tokenizer.vocab_size != model.cfg.vocab_size:
-        raise ValueError(
+        raise UserError(
             f"{tokenizer.path} has {tokenizer.vocab_size} pieces but the checkpoint's model has "
             f"vocab_size={model.cfg.vocab_size}; they come from different runs"
         )

@@ -93,13 +93,13 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if self.source not in ("demo", "hub", "local"):
-            raise ValueError(f"data.source must be 'demo', 'hub' or 'local', got {self.source!r}")
+            raise UserError(f"data.source must be 'demo', 'hub' or 'local', got {self.source!r}")
         if self.subset_strategy not in ("first", "random"):
-            raise ValueError(
+            raise UserError(
                 f"data.subset_strategy must be 'first' or 'random', got {self.subset_strategy!r}"
             )
         if self.max_tokens < self.max_len + 2:
-            raise ValueError(
+            raise UserError(
                 f"data.max_tokens={self.max_tokens} cannot hold one pair of data.max_len="
                 f"{self.max_len} pieces plus BOS/EOS; raise max_tokens or lower max_len"
             )
@@ -125,13 +125,13 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         if self.warmup <= 0:
-            raise ValueError(f"optim.warmup must be positive, got {self.warmup}")
+            raise UserError(f"optim.warmup must be positive, got {self.warmup}")
         if self.tokens_per_step is not None and self.tokens_per_step <= 0:
-            raise ValueError(
+            raise UserError(
                 f"optim.tokens_per_step must be positive or null, got {self.tokens_per_step}"
             )
         if self.fused not in (True, False, "auto"):
-            raise ValueError(f"optim.fused must be true, false or auto, got {self.fused!r}")
+            raise UserError(f"optim.fused must be true, false or auto, got {self.fused!r}")
 
 
 @dataclass
@@ -166,12 +166,12 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         if self.on_nonfinite_loss not in ("stop", "skip"):
-            raise ValueError(
+            raise UserError(
                 f"trainer.on_nonfinite_loss must be stop or skip, got {self.on_nonfinite_loss!r}"
             )
         unknown = set(self.loggers) - {"csv", "tensorboard", "wandb", "mlflow"}
         if unknown:
-            raise ValueError(
+            raise UserError(
                 f"trainer.loggers: unknown {sorted(unknown)}; choose from csv, tensorboard, wandb, mlflow"
             )
 
@@ -206,7 +206,7 @@ class CheckpointingConfig:
         for name in ("every_minutes", "every_steps"):
             value = getattr(self, name)
             if value is not None and value <= 0:
-                raise ValueError(f"checkpoint.{name} must be positive or null, got {value}")
+                raise UserError(f"checkpoint.{name} must be positive or null, got {value}")
 
 
 @dataclass
@@ -256,7 +256,7 @@ def check_keys(cfg: DictConfig, schema: type = None, prefix: str = "") -> None:
     known = {f.name: f for f in fields(schema)}
     for key in cfg.keys():
         if key not in known:
-            raise ValueError(
+            raise UserError(
                 f"unknown config key '{prefix}{key}'; {prefix.rstrip('.') or 'the top level'} accepts: "
                 f"{', '.join(sorted(known))} (see transformer_mt/config.py)"
             )

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from transformer_mt.config import DataConfig
 from transformer_mt.data import demo_corpus
 from transformer_mt.data.tokenizer import EOS_ID, Tokenizer
+from transformer_mt.errors import UserError
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "valid", "test")
@@ -65,7 +66,7 @@ def load_corpus(cfg: DataConfig) -> DatasetDict:
         corpus = DatasetDict({split: _load_local(cfg, split) for split in SPLITS})
     for split, ds in corpus.items():
         if len(ds) == 0:
-            raise ValueError(f"split {split!r} of data={cfg.name} has no pairs; check its source")
+            raise UserError(f"split {split!r} of data={cfg.name} has no pairs; check its source")
     if cfg.train_subset is not None and cfg.train_subset < len(corpus["train"]):
         train = corpus["train"]
         if cfg.subset_strategy == "random":
@@ -79,22 +80,24 @@ def _load_hub(cfg: DataConfig) -> DatasetDict:
     try:
         raw = load_dataset(cfg.hf_path, cfg.hf_config, cache_dir=str(Path(cfg.cache_dir) / "hf"))
     except Exception as err:  # noqa: BLE001 -- any failure to reach or read the hub is reported alike
-        raise RuntimeError(
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise UserError(
             f"could not load the data set {cfg.hf_path!r} (config {cfg.hf_config!r}) for data={cfg.name}: "
-            f"{type(err).__name__}: {err}\nIf this machine cannot reach the Hugging Face hub, use data=local "
-            "with your own files (data.files.train=[train.src,train.tgt] ...) or data=demo_es_en."
+            f"{type(err).__name__}: {first_line}. If this machine cannot reach the Hugging Face hub, "
+            "point data.local_dir at a copy of it (presets with data.local_files), use data=local "
+            "with your own files (data.files.train=[train.src,train.tgt] ...), or data=demo_es_en"
         ) from err
     corpus = DatasetDict()
     for split, hub_split in cfg.hf_splits.items():
         if hub_split not in raw:
-            raise ValueError(
+            raise UserError(
                 f"{cfg.hf_path} ({cfg.hf_config}) has no split {hub_split!r} (data.hf_splits.{split}); "
                 f"it has {sorted(raw)}"
             )
         ds = raw[hub_split]
         languages = _languages(ds)
         if not {cfg.src_lang, cfg.tgt_lang} <= languages:
-            raise ValueError(
+            raise UserError(
                 f"{cfg.hf_path} ({cfg.hf_config}) has languages {sorted(languages)}, "
                 f"not data.src_lang={cfg.src_lang} and data.tgt_lang={cfg.tgt_lang}"
             )
@@ -135,7 +138,7 @@ def _load_local(cfg: DataConfig, split: str) -> Dataset:
     files = cfg.split_files().get(split)
     paths = [Path(p).expanduser() for p in files or []]
     if len(paths) not in (1, 2):
-        raise ValueError(
+        raise UserError(
             f"data.files.{split} must list a source and a target file, or one TSV file; got {files}"
         )
     for path in paths:
@@ -161,7 +164,7 @@ def _load_local(cfg: DataConfig, split: str) -> Dataset:
         if "corresponds to no data" in str(
             err
         ):  # datasets' words for a generator that yielded nothing
-            raise ValueError(
+            raise UserError(
                 f"split {split!r} of data={cfg.name} has no pairs: {[str(p) for p in paths]} "
                 "are empty"
             ) from None
@@ -176,7 +179,7 @@ def _decode(line: bytes, path: str, number: int) -> str:
     try:
         return line.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError as err:
-        raise ValueError(
+        raise UserError(
             f"{path}, line {number}: not valid UTF-8 ({err.reason} at byte {err.start}); "
             "convert the file, e.g. iconv -f latin1 -t utf-8"
         ) from None
@@ -190,7 +193,7 @@ def _read_pairs(stamps: str, split: str):
             for number, line in enumerate(f, 1):
                 fields = _decode(line, str(paths[0]), number).split("\t")
                 if len(fields) < 2:
-                    raise ValueError(
+                    raise UserError(
                         f"{paths[0]}, line {number}: expected source<TAB>target, found no tab"
                     )
                 yield {"src": fields[0], "tgt": fields[1]}
@@ -200,7 +203,7 @@ def _read_pairs(stamps: str, split: str):
         for number, (s, t) in enumerate(itertools.zip_longest(fs, ft), 1):
             if s is None or t is None:
                 shorter, longer = (paths[0], paths[1]) if s is None else (paths[1], paths[0])
-                raise ValueError(
+                raise UserError(
                     f"data.files.{split}: {shorter} ends at line {number - 1} but {longer} goes on "
                     f"(line {number}); source and target files must have the same number of lines"
                 )
@@ -221,14 +224,19 @@ def train_tokenizer(corpus: DatasetDict, cfg: DataConfig) -> Tokenizer:
         leave=False,
     )
     sentences = (s for batch in batches for side in ("src", "tgt") for s in batch[side])
-    return Tokenizer.train(
-        sentences,
-        cfg.vocab_size,
-        Path(cfg.cache_dir) / "spm",
-        input_sentence_size=cfg.input_sentence_size,
-        seed=cfg.seed,
-        fingerprint=train._fingerprint,
-    )
+    try:
+        return Tokenizer.train(
+            sentences,
+            cfg.vocab_size,
+            Path(cfg.cache_dir) / "spm",
+            input_sentence_size=cfg.input_sentence_size,
+            seed=cfg.seed,
+            fingerprint=train._fingerprint,
+        )
+    except UserError as err:
+        raise UserError(
+            f"split 'train' of data={cfg.name} has no text to learn pieces from: {err}"
+        ) from None
 
 
 @lru_cache(maxsize=4)
@@ -295,7 +303,7 @@ def tokenize(corpus: DatasetDict, tokenizer: Tokenizer, cfg: DataConfig) -> Data
             f" ({', '.join(reasons)})" if reasons else "",
         )
         if len(ds) == 0:
-            raise ValueError(
+            raise UserError(
                 f"split {split!r} of data={cfg.name} is empty after filtering; "
                 f"check its files or raise data.max_len"
             )

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from transformer_mt.errors import UserError
+
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
@@ -87,6 +89,11 @@ class Tokenizer:
             path.parent.mkdir(parents=True, exist_ok=True)
             if sample is None:
                 sample = _reservoir(sentences, input_sentence_size, seed)
+            if not any(s.strip() for s in sample):  # SentencePiece would fail deep inside
+                raise UserError(
+                    f"all {len(sample)} sentences sampled for SentencePiece are empty; "
+                    "check that the files hold text, one sentence per line"
+                )
             tmp = path.with_suffix(".tmp")
             with open(tmp, "wb") as writer:
                 spm.SentencePieceTrainer.train(

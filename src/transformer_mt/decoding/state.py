@@ -25,7 +25,7 @@ class DecoderState:
     def __init__(
         self, model: Transformer, src: Tensor, expand: int = 1, use_cache: bool = True
     ) -> None:
-        memory, mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
+        memory, mask = model.encode(src)  # (B, S, D), (B, 1, 1, S)
         if expand > 1:  # every sentence's row repeated once per beam
             memory, mask = memory.repeat_interleave(expand, 0), mask.repeat_interleave(expand, 0)
         self.model, self.use_cache = model, use_cache
@@ -35,9 +35,9 @@ class DecoderState:
     def step(self, prefix: Tensor) -> Tensor:
         """Log-probabilities (B, V) of the next token after ``prefix`` (B, t), which starts with BOS."""
         if self.cache is not None:
-            logprobs, _ = self.model.decode_step(prefix[:, -1:], self.cache)
+            logprobs = self.model.decode_step(prefix[:, -1:], self.cache)
         else:  # the model's full forward over the whole prefix, as a decoder without a cache runs it
-            logits, _ = self.model.decode(prefix, self.memory, self.mask)  # (B, t, V)
+            logits = self.model.decode(prefix, self.memory, self.mask)  # (B, t, V)
             logprobs = logits[:, -1].log_softmax(dim=-1)
         logprobs[:, PAD_ID] = -torch.inf  # never emit padding or BOS
         logprobs[:, BOS_ID] = -torch.inf

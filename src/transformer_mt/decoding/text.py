@@ -13,6 +13,7 @@ from transformer_mt.data.tokenizer import EOS_ID, Tokenizer
 from transformer_mt.decoding.beam import beam_search
 from transformer_mt.decoding.config import DecodeConfig
 from transformer_mt.decoding.greedy import greedy_decode
+from transformer_mt.errors import UserError
 from transformer_mt.model import Transformer
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ def source_ids(
             "error" raises ValueError naming it.
     """
     if long_inputs not in ("truncate", "error"):
-        raise ValueError(f"long_inputs must be 'truncate' or 'error', got {long_inputs!r}")
+        raise UserError(f"long_inputs must be 'truncate' or 'error', got {long_inputs!r}")
     out = []
     for line, ids in enumerate(tokenizer.encode(sentences), 1):
         if len(ids) + 1 > max_positions:
@@ -44,7 +45,7 @@ def source_ids(
                 f"(EOS included)"
             )
             if long_inputs == "error":
-                raise ValueError(message + "; split the sentence or use long_inputs=truncate")
+                raise UserError(message + "; split the sentence or use long_inputs=truncate")
             log.warning("%s; translating its first %d pieces only", message, max_positions - 1)
             ids = ids[: max_positions - 1]
         out.append(ids + [EOS_ID])

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from transformer_mt.errors import UserError
+
 
 @dataclass
 class TransformerConfig:
@@ -34,18 +36,18 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         for key in ("n_layers", "d_model", "d_ff", "n_heads", "max_positions"):
             if getattr(self, key) <= 0:
-                raise ValueError(f"model.{key} must be positive, got {getattr(self, key)}")
+                raise UserError(f"model.{key} must be positive, got {getattr(self, key)}")
         if self.d_k is not None and self.d_k <= 0:
-            raise ValueError(f"model.d_k must be positive or null, got {self.d_k}")
+            raise UserError(f"model.d_k must be positive or null, got {self.d_k}")
         if self.d_model % self.n_heads:
-            raise ValueError(
+            raise UserError(
                 f"model.d_model={self.d_model} must be divisible by model.n_heads={self.n_heads}"
             )
         for key in ("dropout", "attention_dropout", "label_smoothing"):
             if not 0.0 <= getattr(self, key) < 1.0:
-                raise ValueError(f"model.{key} must be in [0, 1), got {getattr(self, key)}")
+                raise UserError(f"model.{key} must be in [0, 1), got {getattr(self, key)}")
         if self.positional not in ("sinusoidal", "learned"):
-            raise ValueError(
+            raise UserError(
                 f"model.positional must be 'sinusoidal' or 'learned', got {self.positional!r}"
             )
 

@@ -101,9 +101,9 @@ class Decoder(nn.Module):
         """Decoder states for ``tgt_in`` (B, T), updating ``cache`` in place when one is given.
 
         Returns:
-            states (B, T, D); with ``need_weights`` the cross-attention weights per layer,
-            each (B, H, T, S), and the self-attention weights per layer, each (B, H, T, T_seen);
-            otherwise two empty lists.
+            states (B, T, D); with ``need_weights`` the self-attention weights per layer, each
+            (B, H, T, T_seen), and the cross-attention weights per layer, each (B, H, T, S)
+            (the order of ``DecoderLayer``); otherwise two empty lists.
         """
         offset = cache.offset if cache is not None else 0
         x = self.embed(tgt_in, offset)  # (B, T, D)
@@ -122,7 +122,7 @@ class Decoder(nn.Module):
                 cross_weights.append(w[1])
         if cache is not None:
             cache.offset += tgt_in.size(1)
-        return self.final_norm(x), cross_weights, self_weights
+        return self.final_norm(x), self_weights, cross_weights
 
 
 class Transformer(nn.Module):
@@ -168,17 +168,13 @@ class Transformer(nn.Module):
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
 
-    def encode(
-        self, src: Tensor, need_weights: bool = False
-    ) -> tuple[Tensor, Tensor, list[Tensor]]:
-        """src (B, S) -> memory (B, S, D), its padding mask (B, 1, 1, S), self-attention weights."""
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src (B, S) -> memory (B, S, D) and its padding mask (B, 1, 1, S)."""
         src_mask = padding_mask(src, self.cfg.pad_id)
-        memory, weights = self.encoder(src, src_mask, need_weights)
-        return memory, src_mask, weights
+        memory, _ = self.encoder(src, src_mask)
+        return memory, src_mask
 
-    def decode(
-        self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor, need_weights: bool = False
-    ) -> tuple[Tensor, list[Tensor]]:
+    def decode(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor) -> Tensor:
         """Teacher-forced decoding of a whole target.
 
         Args:
@@ -186,22 +182,19 @@ class Transformer(nn.Module):
             memory: (B, S, D); memory_mask: (B, 1, 1, S).
 
         Returns:
-            logits (B, T, V) and the cross-attention weights per layer, each (B, H, T, S).
+            logits (B, T, V).
         """
         # Targets are right-padded, so the causal mask alone leaves every real position with
-        # real keys only; pad positions compute garbage the loss ignores. With need_weights the
-        # full mask is used so that pad keys get exactly zero weight in what is returned.
-        self_mask = decoder_self_mask(tgt_in, self.cfg.pad_id) if need_weights else None
-        states, weights, _ = self.decoder(
-            tgt_in, memory, memory_mask, self_mask, need_weights=need_weights
-        )
-        return self.generator(states), weights  # (B, T, V)
+        # real keys only; pad positions compute garbage the loss ignores.
+        states, _, _ = self.decoder(tgt_in, memory, memory_mask, None)
+        return self.generator(states)  # (B, T, V)
 
     def attention_maps(self, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, AttentionMaps]:
         """A teacher-forced forward pass that also captures every attention weight.
 
-        Only this call (and ``need_weights=True``) takes the slower path that materialises
-        the weights; ``forward`` and decoding use the fused kernel and keep nothing.
+        The one way to capture attention (``transformer_mt.analysis`` builds on it): only this
+        call takes the slower path that materialises the weights; ``forward`` and decoding use
+        the fused kernel and keep nothing.
 
         Args:
             src: (B, S) source ids; tgt_in: (B, T) BOS + target ids, padded.
@@ -209,17 +202,19 @@ class Transformer(nn.Module):
         Returns:
             logits (B, T, V) and the weights of every layer and head.
         """
-        memory, src_mask, encoder = self.encode(src, need_weights=True)
+        src_mask = padding_mask(src, self.cfg.pad_id)
+        memory, encoder = self.encoder(src, src_mask, need_weights=True)
+        # The full mask here, so that pad keys get exactly zero weight in what is returned.
         self_mask = decoder_self_mask(tgt_in, self.cfg.pad_id)  # (B, 1, T, T)
-        states, cross, decoder = self.decoder(
+        states, decoder, cross = self.decoder(
             tgt_in, memory, src_mask, self_mask, need_weights=True
         )
         return self.generator(states), AttentionMaps(encoder, decoder, cross)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """src (B, S), tgt_in (B, T) -> logits (B, T, V); softmax is left to the loss."""
-        memory, src_mask, _ = self.encode(src)
-        return self.decode(tgt_in, memory, src_mask)[0]
+        memory, src_mask = self.encode(src)
+        return self.decode(tgt_in, memory, src_mask)
 
     # Incremental decoding: the search algorithms only use these two methods.
 
@@ -228,17 +223,10 @@ class Transformer(nn.Module):
         cross = [layer.cross_attn.project_memory(memory) for layer in self.decoder.layers]
         return DecoderCache([None] * len(cross), cross, memory_mask)
 
-    def decode_step(
-        self, tokens: Tensor, cache: DecoderCache, need_weights: bool = False
-    ) -> tuple[Tensor, list[Tensor]]:
-        """Log-probabilities of the next token given the newest ``tokens`` (B, 1) and the cache.
+    def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
+        """Log-probabilities (B, V) of the next token given the newest ``tokens`` (B, 1) and the cache.
 
         The cache is extended in place by one position per call.
-
-        Returns:
-            log-probabilities (B, V) and cross-attention weights per layer, each (B, H, 1, S).
         """
-        states, weights, _ = self.decoder(
-            tokens, None, cache.memory_mask, None, cache, need_weights
-        )
-        return self.generator(states[:, -1]).log_softmax(dim=-1), weights  # (B, V)
+        states, _, _ = self.decoder(tokens, None, cache.memory_mask, None, cache)
+        return self.generator(states[:, -1]).log_softmax(dim=-1)  # (B, V)
