@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from machine import describe  # benchmarks/machine.py
+
 from transformer_mt.analysis import (
     corpus_attention,
     corpus_scores,
@@ -81,6 +83,7 @@ def main() -> None:
     parser.add_argument("--train-limit", type=int, default=1_000_000)
     parser.add_argument("--average-last", type=int, default=1)
     args = parser.parse_args()
+    print(describe())
 
     sources = args.src.read_text(encoding="utf-8").splitlines()
     targets = args.tgt.read_text(encoding="utf-8").splitlines()

@@ -19,6 +19,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from machine import describe  # noqa: E402  (benchmarks/machine.py)
 
 from transformer_mt.checkpoint import load_model, run_data_config  # noqa: E402
 from transformer_mt.config import DecodeConfig  # noqa: E402
@@ -47,6 +48,8 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6)
     args = parser.parse_args()
+    print(describe())
+    print(describe())
 
     minutes = epoch_minutes(args.run)
     ckpts = sorted(

@@ -20,6 +20,7 @@ import platform
 import time
 
 import torch
+from machine import describe  # benchmarks/machine.py
 
 from transformer_mt import Transformer, TransformerConfig
 from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -66,6 +67,7 @@ def main() -> None:
         "--repeats", type=int, default=2, help="rounds over all variants; the best counts"
     )
     args = parser.parse_args()
+    print(describe())
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 

@@ -21,9 +21,10 @@ import subprocess
 import sys
 
 import torch
+from machine import describe  # benchmarks/machine.py
 
 from transformer_mt import Transformer, TransformerConfig
-from transformer_mt.lit_module import label_smoothed_nll
+from transformer_mt.loss import label_smoothed_nll
 
 CFG = dict(
     n_layers=2, d_model=256, d_ff=1024, n_heads=4, vocab_size=1000, max_positions=4096, dropout=0.1
@@ -63,6 +64,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--point", nargs=2, help=argparse.SUPPRESS)  # internal: one measurement
     args = parser.parse_args()
+    print(describe())
     torch.set_num_threads(args.threads)
 
     if args.point:

@@ -15,6 +15,7 @@ import gzip
 from pathlib import Path
 
 import numpy as np
+from machine import describe  # benchmarks/machine.py
 
 from transformer_mt.data.batching import TokenBatchSampler
 
@@ -55,6 +56,7 @@ def main() -> None:
     parser.add_argument("--tgt", type=Path, default=DATA / "train.de.gz")
     parser.add_argument("--max-tokens", type=int, default=4096)
     args = parser.parse_args()
+    print(describe())
     src, tgt = lengths(args.src), lengths(args.tgt)
     bucketed = list(TokenBatchSampler(src, tgt, args.max_tokens, shuffle=True, seed=0))
     shuffled = random_batches(src, tgt, args.max_tokens)

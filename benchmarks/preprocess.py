@@ -21,6 +21,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from machine import describe  # benchmarks/machine.py
+
 from transformer_mt.config import DataConfig
 from transformer_mt.data.dataset import load_corpus, tokenize, train_tokenizer
 
@@ -77,6 +79,7 @@ def main() -> None:
     parser.add_argument("--input-sentence-size", type=int, default=2_000_000)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/tmt_preprocess"))
     args = parser.parse_args()
+    print(describe())
     args.workdir.mkdir(parents=True, exist_ok=True)
     src, tgt = build_corpus(args.workdir, args.pairs)
     for cache in ("cache1", "cache2"):

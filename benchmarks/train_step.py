@@ -26,11 +26,12 @@ import time
 
 import torch
 import torch.nn.functional as F
+from machine import describe  # benchmarks/machine.py
 from torch import nn
 
 from transformer_mt import Transformer, TransformerConfig
 from transformer_mt.config import OptimConfig
-from transformer_mt.lit_module import label_smoothed_nll
+from transformer_mt.loss import label_smoothed_nll
 from transformer_mt.model.embeddings import SinusoidalPositionalEncoding
 from transformer_mt.optim import build_optimizer
 
@@ -156,6 +157,7 @@ def main() -> None:
         help="steps of the projected paper run (default: 100k for base, 300k for big)",
     )
     args = parser.parse_args()
+    print(describe())
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -67,7 +67,7 @@ def test_entropy_matches_the_worked_example_and_uniform() -> None:
     scores = torch.tensor([1.0, 0.5, -1.0])
     assert row_entropy(scores.softmax(-1)).item() == pytest.approx(
         0.884, abs=1e-3
-    )  # PAPER.md example 3
+    )  # worked example 3 (temperature)
     assert row_entropy(torch.full((2, 5), 0.2)).tolist() == pytest.approx([math.log(5)] * 2)
     assert row_entropy(torch.tensor([0.0, 1.0, 0.0])).item() == pytest.approx(0.0, abs=1e-6)
 
@@ -115,7 +115,7 @@ def test_symmetrize_grow_diag_final_and_by_hand() -> None:
 
 
 def test_temperature_reproduces_the_worked_example() -> None:
-    weights = torch.tensor([1.0, 0.5, -1.0]).softmax(-1)  # PAPER.md example 3
+    weights = torch.tensor([1.0, 0.5, -1.0]).softmax(-1)  # worked example 3 (temperature)
     hot, cold = with_temperature(weights, 10.0), with_temperature(weights, 0.1)
     assert hot.tolist() == pytest.approx([0.361, 0.343, 0.296], abs=1e-3)
     assert row_entropy(hot).item() == pytest.approx(1.095, abs=1e-3)

@@ -1,4 +1,4 @@
-"""Attention against PyTorch's SDPA, nn.MultiheadAttention and the worked numbers of PAPER.md."""
+"""Attention against PyTorch's SDPA, nn.MultiheadAttention and hand-worked numbers (textbook examples)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from transformer_mt.config import DataConfig
 from transformer_mt.data.dataset import load_corpus, tokenize, train_tokenizer
 from transformer_mt.errors import UserError
 
-from .conftest import SHARED, needs_shared
+from .conftest import ROOT, SHARED, needs_shared
 
 PAIRS = [
     ("Ein Hund läuft im Park.", "A dog runs in the park."),

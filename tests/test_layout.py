@@ -7,10 +7,10 @@ import sys
 
 
 # A subprocess, yet in the fast lane: the layering it guards is cheap to break and to check (~3 s).
-def test_model_and_decoding_load_without_hydra_omegaconf_or_lightning() -> None:
+def test_model_decoding_and_loss_load_without_hydra_omegaconf_or_lightning() -> None:
     # A fresh interpreter: this test process has Hydra loaded already (conftest).
     code = (
-        "import sys, transformer_mt, transformer_mt.model, transformer_mt.decoding; "
+        "import sys, transformer_mt, transformer_mt.model, transformer_mt.decoding, transformer_mt.loss; "
         "print(sorted({'hydra', 'omegaconf', 'lightning', 'datasets'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

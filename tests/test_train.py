@@ -11,7 +11,7 @@ from transformer_mt import Transformer, TransformerConfig
 from transformer_mt.data.batching import collate
 from transformer_mt.data.tokenizer import EOS_ID
 from transformer_mt.decoding import greedy_decode
-from transformer_mt.lit_module import label_smoothed_nll
+from transformer_mt.loss import label_smoothed_nll
 from transformer_mt.train import run
 
 PAIRS = [

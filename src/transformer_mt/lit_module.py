@@ -18,32 +18,14 @@ from torch import Tensor
 
 from transformer_mt.config import DecodeConfig, OptimConfig, TransformerConfig
 from transformer_mt.data.batching import Batch
-from transformer_mt.data.tokenizer import PAD_ID, Tokenizer
+from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.decoding import decode_batch
+from transformer_mt.loss import label_smoothed_nll
 from transformer_mt.metrics import corpus_bleu
 from transformer_mt.model import Transformer
 from transformer_mt.optim import build_optimizer
 
 log = logging.getLogger(__name__)
-
-
-def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
-    """Summed label-smoothed loss and summed NLL over non-pad targets.
-
-    The smoothed target puts 1 - ε on the reference and spreads ε uniformly over the
-    vocabulary (Szegedy et al. 2016, as in the paper); padding positions count for nothing.
-
-    Args:
-        logits: (B, T, V); target: (B, T).
-
-    Returns:
-        (loss, nll), both scalars summed over the real target tokens.
-    """
-    lprobs = logits.float().log_softmax(dim=-1)  # (B, T, V)
-    real = target != PAD_ID  # (B, T)
-    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)[real]  # (N,)
-    smooth = -lprobs.mean(dim=-1)[real]  # (N,): cross-entropy with the uniform distribution
-    return ((1.0 - epsilon) * nll + epsilon * smooth).sum(), nll.sum()
 
 
 class TranslationModule(L.LightningModule):
