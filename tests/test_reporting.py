@@ -1,0 +1,119 @@
+"""The small pieces around the scripts: one-line errors, the alignment report, the sweep table."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from transformer_mt.analysis import LayerScores
+from transformer_mt.analysis.report import (
+    best_reading,
+    clean_gold,
+    format_table,
+    pick_layer,
+    read_sentences,
+)
+from transformer_mt.cli import report_user_errors
+from transformer_mt.errors import UserError
+from transformer_mt.sweep import collect, write_table
+
+
+def test_user_errors_become_one_line_and_bugs_keep_their_traceback(capsys) -> None:
+    @report_user_errors
+    def bad_input() -> None:
+        raise UserError("data.files.train: x.de does not exist")
+
+    with pytest.raises(SystemExit) as exit_:
+        bad_input()
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == "error: data.files.train: x.de does not exist\n"
+
+    @report_user_errors
+    def missing() -> None:
+        open("/nonexistent/file.txt")
+
+    with pytest.raises(SystemExit):
+        missing()
+    assert capsys.readouterr().err == "error: /nonexistent/file.txt: no such file\n"
+
+    @report_user_errors
+    def bug() -> None:
+        raise KeyError("a bug")
+
+    with pytest.raises(KeyError):  # not swallowed
+        bug()
+
+
+def _scores(layer: int, aer: float | None) -> LayerScores:
+    return LayerScores(
+        layer=layer,
+        aer=aer,
+        precision=None if aer is None else 1 - aer,
+        recall=None if aer is None else 0.5,
+        links=[{(0, 0)}],
+        entropy=0.5,
+        uniform=1.0,
+        entropy_by_tau={0.5: 0.25, 2.0: 0.75},
+        uncovered=0.1,
+    )
+
+
+def test_alignment_report_picks_the_best_reading_and_layer() -> None:
+    rows = {
+        "argmax": [_scores(1, 0.4), _scores(2, 0.2)],
+        "shift": [_scores(1, 0.9), _scores(2, 0.1)],
+        "intersect": [_scores(1, 0.3), _scores(2, 0.3)],
+    }
+    name, best = best_reading(rows)
+    assert (name, best.layer, best.aer) == ("shift", 2, 0.1)
+    table = format_table(rows).splitlines()
+    assert table[0].startswith("layer  argmax AER/P/R") and len(table) == 3
+    assert table[2].split()[:4] == ["2", "0.200", "0.800", "0.500"]
+    assert pick_layer(rows["argmax"], None).layer == 2  # the best against the gold
+    assert pick_layer(rows["argmax"], 1).layer == 1
+    assert pick_layer([_scores(1, None), _scores(2, None)], None).layer == 2  # no gold: the last
+    with pytest.raises(UserError, match="--layer 3: the model has layers 1..2"):
+        pick_layer(rows["argmax"], 3)
+
+
+def test_alignment_report_inputs(tmp_path: Path) -> None:
+    (tmp_path / "ok").write_text("el gato\nla casa\n", encoding="utf-8")
+    assert read_sentences(tmp_path / "ok") == ["el gato", "la casa"]
+    (tmp_path / "blank").write_text("el gato\n\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"blank:2: empty line"):
+        read_sentences(tmp_path / "blank")
+    (tmp_path / "latin1").write_bytes("el ni\xf1o\n".encode("latin-1"))
+    with pytest.raises(UserError, match="not UTF-8"):
+        read_sentences(tmp_path / "latin1")
+    gold = [({(0, 0), (5, 1)}, {(0, 0), (5, 1)})]
+    cleaned, warnings = clean_gold(gold, ["el gato"], ["the cat"], Path("g.wa"))
+    assert cleaned == [({(0, 0)}, {(0, 0)})]
+    assert warnings == [
+        "g.wa sentence 1: links 5-1 fall outside 2 source x 2 target words; left out "
+        "(wrong --one-indexed or --reverse-gold?)"
+    ]
+
+
+def test_sweep_table_lists_every_job_and_what_differs(tmp_path: Path) -> None:
+    for job, heads in ((0, 1), (1, 4)):
+        (tmp_path / str(job) / ".hydra").mkdir(parents=True)
+        (tmp_path / str(job) / ".hydra" / "overrides.yaml").write_text(
+            f"- model.n_heads={heads}\n- trainer.max_steps=3\n"
+        )
+    metrics = {
+        "parameters": 1_500_000,
+        "steps": 3,
+        "val_ppl": 9.5,
+        "val_bleu": 1.2,
+        "test_bleu": 0.9,
+    }
+    (tmp_path / "0" / "metrics.json").write_text(json.dumps(metrics))  # job 1 did not finish
+    rows = collect(tmp_path)
+    assert [r["overrides"] for r in rows] == ["model.n_heads=1", "model.n_heads=4"]
+    assert rows[1]["val_bleu"] == "did not finish"
+    markdown = write_table(tmp_path, rows).read_text()
+    assert "| 0 | model.n_heads=1 | 1.5M | 3 | 9.5 | 1.2 | 0.9 |" in markdown
+    assert [r["job"] for r in csv.DictReader(open(tmp_path / "results.csv"))] == ["0", "1"]
