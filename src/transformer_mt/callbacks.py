@@ -17,6 +17,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 log = logging.getLogger(__name__)
@@ -174,3 +175,15 @@ class FinalCheckpoint(L.Callback):
         last_epoch = limit is not None and limit > 0 and trainer.current_epoch + 1 >= limit
         if last_epoch or trainer.should_stop:
             trainer.save_checkpoint(self.path)
+
+
+class StepProgressBar(TQDMProgressBar):
+    """Lightning's progress bar, with the loss and target tokens/s of the last report.
+
+    The training step logs nothing itself (see ``step_monitor.py``): the bar shows what the module
+    read at its last report, every ``trainer.log_every_n_steps`` steps, so refreshing it every
+    step reads nothing from the device.
+    """
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict:
+        return {**super().get_metrics(trainer, pl_module), **pl_module.progress}

@@ -24,6 +24,7 @@ from transformer_mt.loss import label_smoothed_nll
 from transformer_mt.metrics import corpus_bleu
 from transformer_mt.model import Transformer
 from transformer_mt.optim import build_optimizer
+from transformer_mt.step_monitor import StepMonitor
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +68,14 @@ class TranslationModule(L.LightningModule):
         self.validated_at_step: int | None = None  # the step of the last validation
         self._compiled = False
         self._fit_start = time.perf_counter()
+        self.monitor = (
+            StepMonitor()
+        )  # loss, perplexity, gradient norm, non-finite steps: on the device
+        self._reported_at = -1  # the global step of the last report
+        self._step_lr = 0.0  # the learning rate of the step in flight
+        self.progress: dict[str, str] = {}  # the last report, for the progress bar
         self._outputs: dict[str, dict[int, list[int]]] = {}  # split -> row -> hypothesis ids
         self._nll: dict[str, list] = {}  # split -> [summed NLL, target tokens]
-        self._tick: float | None = None
 
     @classmethod
     def from_configs(
@@ -97,54 +103,105 @@ class TranslationModule(L.LightningModule):
         loss, nll, n_tokens = self._step(batch)
         # Per-token mean, so the gradient scale does not depend on how full the batch is.
         mean = loss / n_tokens
+        self._step_lr = self.lr_schedulers().get_last_lr()[0]  # the rate this step trains with
+        if not self._guard_on_device:
+            return self._host_guarded_step(mean, nll, n_tokens, batch, batch_idx)
+        # No host read here: a non-finite loss is recorded on the device; its NaN gradients make
+        # on_before_optimizer_step skip the update on the device, and report() stops or warns.
+        self.monitor.add(
+            mean, nll, n_tokens, self.global_step, self._where(batch, batch_idx), batch.padding
+        )
+        return mean
+
+    def _where(self, batch: Batch, batch_idx: int) -> str:
+        """The step, epoch, batch and its shape in words (host values only)."""
+        return (
+            f"step {self.global_step} (epoch {self.current_epoch}, batch {batch_idx} of the epoch): "
+            f"{batch.describe()}"
+        )
+
+    def _host_guarded_step(
+        self, mean: Tensor, nll: Tensor, n_tokens: int, batch: Batch, batch_idx: int
+    ) -> Tensor | None:
+        """The guard where the optimizer cannot skip a step on the device: a host read per step."""
         finite = bool(torch.isfinite(mean))
         finite = self.trainer.strategy.reduce_boolean_decision(
             finite, all=True
         )  # every rank agrees
         if not finite:
-            return self._nonfinite(mean, batch, batch_idx)
-        now = time.perf_counter()
-        if self._tick is not None:  # throughput over the whole step, data loading included
-            self.log("train/tok_s", n_tokens / (now - self._tick), prog_bar=True, on_step=True)
-        self._tick = now
-        self.log("train/loss", mean, prog_bar=True, on_step=True)
-        self.log("train/ppl", (nll.detach() / n_tokens).clamp(max=50.0).exp(), on_step=True)
-        self.log("train/lr", self.lr_schedulers().get_last_lr()[0], on_step=True)
-        self.log("train/padding", batch.padding, on_step=True)
+            self._nonfinite(1, float(mean), self._where(batch, batch_idx))
+            return None  # Lightning runs no backward and no optimizer step for this batch
+        self.monitor.add(mean, nll, n_tokens, self.global_step, "", batch.padding)
         return mean
 
-    def _nonfinite(self, mean: Tensor, batch: Batch, batch_idx: int) -> None:
-        rows = batch.index[:5].tolist()
-        what = (
-            f"non-finite training loss ({float(mean)}) at step {self.global_step} "
-            f"(epoch {self.current_epoch}, batch {batch_idx} of the epoch): {batch.describe()}, "
-            f"training rows {rows}{'...' if batch.index.numel() > 5 else ''}"
-        )
+    def _nonfinite(self, count: int, loss: float, where: str) -> None:
+        """Stop, or count and warn, for ``count`` non-finite steps, the first at ``where``."""
+        what = f"non-finite training loss ({loss}) at {where}"
         if self.on_nonfinite_loss == "stop":
             raise FloatingPointError(
                 f"{what}. Lower optim.lr_factor, raise optim.warmup, set trainer.gradient_clip_val, "
                 f"or use precision=bf16-mixed instead of 16-mixed; trainer.on_nonfinite_loss=skip "
                 f"skips such steps instead of stopping"
             )
-        self.skipped_steps += 1
+        self.skipped_steps += count
         log.warning("%s: step skipped (%d so far)", what, self.skipped_steps)
-        self.log("train/skipped", float(self.skipped_steps), on_step=True)
-        return None  # Lightning runs no backward and no optimizer step for this batch
+
+    @property
+    def _guard_on_device(self) -> bool:
+        """Fused Adam skips a step on the device when told (``found_inf``, as GradScaler does)."""
+        optimizer = self.trainer.optimizers[0] if self.trainer.optimizers else None
+        return optimizer is not None and all(g.get("fused") for g in optimizer.param_groups)
 
     def on_before_optimizer_step(self, optimizer) -> None:
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if not grads:
+            return
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))  # total L2 norm
+        self.monitor.grad_norm(norm)
+        if self._guard_on_device:
+            # Gradients are all-reduced by now: every rank takes the same decision, without a
+            # collective or a host read. Adam leaves weights, moments and its step count alone.
+            optimizer.found_inf = torch.isfinite(norm).logical_not().float()
+
+    def on_train_batch_end(self, outputs, batch: Batch, batch_idx: int) -> None:
         every = self.trainer.log_every_n_steps
-        if (self.global_step + 1) % every == 0 or every == 1:
-            grads = [p.grad.detach().norm() for p in self.parameters() if p.grad is not None]
-            if grads:
-                self.log("train/grad_norm", torch.stack(grads).norm(), on_step=True)
+        if self.global_step != self._reported_at and self.global_step % every == 0:
+            self.report()
+
+    def report(self) -> None:
+        """Read the steps since the last report (one host read), log them, and guard."""
+        self._reported_at = self.global_step
+        report = self.monitor.report(self.global_step)
+        if report is None:
+            return
+        if report.bad_steps and self._guard_on_device:
+            self._nonfinite(report.bad_steps, report.first_bad_loss, report.first_bad_batch)
+        metrics = {
+            "train/loss": report.loss,
+            "train/ppl": report.ppl,
+            "train/tok_s": report.tok_s,
+            "train/lr": self._step_lr,
+            "train/padding": report.padding,
+            "train/grad_norm": report.grad_norm,
+        }
+        if self.skipped_steps:
+            metrics["train/skipped"] = float(self.skipped_steps)
+        self.progress = {"loss": f"{report.loss:.3f}", "tok/s": f"{report.tok_s:,.0f}"}
+        if self.trainer.is_global_zero:  # host floats straight to the loggers: nothing to read back
+            # step: the 0-based index of the last step reported, as Lightning's own logging counts
+            for logger in self.trainer.loggers:
+                logger.log_metrics(
+                    {**metrics, "epoch": self.current_epoch}, step=self.global_step - 1
+                )
 
     def on_train_epoch_start(self) -> None:
-        self._tick = None
+        self.monitor = StepMonitor()  # throughput restarts with the epoch (no loader wait counted)
 
     def on_fit_start(self) -> None:
         self._fit_start = time.perf_counter()
 
     def on_train_epoch_end(self) -> None:
+        self.report()  # the steps since the last report, and the guard, before validation
         # Wall-clock minutes since fit started, so curves can be read against time.
         self.log("time/minutes", (time.perf_counter() - self._fit_start) / 60.0)
 

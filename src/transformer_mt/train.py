@@ -21,7 +21,12 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_mt.analysis.heatmaps import save_pair_heatmaps
-from transformer_mt.callbacks import AtomicCheckpointIO, ExactResume, FinalCheckpoint
+from transformer_mt.callbacks import (
+    AtomicCheckpointIO,
+    ExactResume,
+    FinalCheckpoint,
+    StepProgressBar,
+)
 from transformer_mt.config import (
     CheckpointingConfig,
     DataConfig,
@@ -126,6 +131,7 @@ def build_trainer(cfg: DictConfig, out: Path) -> L.Trainer:
         default_root_dir=out,
         logger=build_loggers(trainer_cfg.loggers, out),
         callbacks=[
+            *([StepProgressBar()] if trainer_cfg.enable_progress_bar else []),
             ExactResume(),
             FinalCheckpoint(out / "checkpoints" / "last.ckpt"),
             *checkpoint_callbacks(OmegaConf.to_object(cfg.checkpoint), out),

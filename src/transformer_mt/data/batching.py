@@ -26,12 +26,17 @@ class Batch:
     index: Tensor  # (B,) row numbers in the split, to put outputs back in order
     n_tgt_tokens: int  # real target tokens (EOS included), counted on the CPU: no device sync
     n_src_tokens: int = 0  # real source tokens
+    first_rows: tuple[int, ...] = ()  # the first few row numbers, on the host (error messages)
 
     def describe(self) -> str:
-        """Its shape in words, for error messages."""
+        """Its shape and first rows in words, for error messages (no device read)."""
+        rows = ""
+        if self.first_rows:
+            more = "..." if self.src.size(0) > len(self.first_rows) else ""
+            rows = f", training rows {list(self.first_rows)}{more}"
         return (
             f"{self.src.size(0)} sentences x {self.src.size(1)} source / {self.tgt_out.size(1)} "
-            f"target tokens ({self.n_tgt_tokens} real target tokens)"
+            f"target tokens ({self.n_tgt_tokens} real target tokens){rows}"
         )
 
     @property
@@ -59,6 +64,7 @@ def collate(rows: list[dict]) -> Batch:
         tgt_in=pad([[BOS_ID] + t[:-1] for t in tgt]),
         tgt_out=pad(tgt),
         index=torch.as_tensor([row["index"] for row in rows]),
+        first_rows=tuple(int(row["index"]) for row in rows[:5]),
     )
 
 

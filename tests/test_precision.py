@@ -1,0 +1,51 @@
+"""bf16 mixed precision on the CPU: the autocast paths a GPU run takes, without a GPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from transformer_mt import Transformer, TransformerConfig
+from transformer_mt.decoding import beam_search, greedy_decode
+
+from .test_resume import _compose, _series
+
+
+@pytest.mark.slow  # trains
+def test_training_validation_and_decoding_under_bf16_mixed(tmp_path) -> None:
+    from transformer_mt.train import run
+
+    out = tmp_path / "run"
+    metrics = run(
+        _compose(
+            tmp_path,
+            f"output_dir={out}",
+            "trainer.precision=bf16-mixed",
+            "trainer.max_steps=30",
+            "trainer.log_every_n_steps=10",
+        )
+    )
+    series = _series(out, "train/loss")
+    assert [step for step, _ in series] == [9, 19, 22, 29]  # every 10 steps, and the epoch's end
+    losses = [loss for _, loss in series]
+    assert all(math.isfinite(x) for x in losses)
+    assert losses[-1] < losses[0]  # it learns
+    assert math.isfinite(metrics["val_ppl"]) and metrics["test_sentences"] == 10
+    ckpt = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    weights = [t for t in ckpt["state_dict"].values() if t.is_floating_point()]
+    assert all(t.dtype == torch.float32 for t in weights)  # mixed: the weights stay fp32
+
+
+def test_decoding_under_cpu_autocast_stays_finite(tiny_cfg: TransformerConfig) -> None:
+    """Masks use finfo(dtype).min, the cache follows the autocast dtype, scores stay finite."""
+    model = Transformer(tiny_cfg).eval()
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])  # the second sentence is padded
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        greedy = greedy_decode(model, src, max_len_b=6)
+        beams = beam_search(model, src, beam_size=3, max_len_b=6)
+        logits = model(src, torch.tensor([[2, 5, 6], [2, 8, 0]]))
+    assert logits.dtype == torch.bfloat16 and torch.isfinite(logits).all()
+    assert len(greedy) == 2 and all(len(h) <= 4 + 6 for h in greedy)  # |x| + 6 at most
+    assert all(math.isfinite(b[0].score) for b in beams)
