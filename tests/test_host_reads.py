@@ -42,7 +42,6 @@ class CountHostReads(L.Callback):
 @pytest.mark.slow  # trains
 def test_n_steps_read_the_device_once_per_report(tmp_path, monkeypatch) -> None:
     from transformer_mt import train
-
     from transformer_mt.model import transformer
 
     # On the CPU the model drops an all-true padding mask after one bool() per stack
