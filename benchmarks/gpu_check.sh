@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One command for a GPU machine: the gpu-marked tests, training-step speed and MFU of the base and
 # big shapes in bf16, peak memory against length, and a 2-minute trainer=gpu run of model=base on
-# the demo corpus. Writes one Markdown report (default gpu_report.md; run files under gpu_check/).
+# the demo corpus (4,096-token batches). Writes one Markdown report (default gpu_report.md; run files under gpu_check/).
 #
 #   bash benchmarks/gpu_check.sh [REPORT.md]
 #
@@ -70,7 +70,7 @@ else
     echo -e "\n## data loader with pinned memory\n\nnot measured: benchmarks/loader.py does not exist yet.\n" >>"$REPORT"
 fi
 section "2-minute trainer=gpu run of model=base on the demo corpus" 300 \
-    "$PY scripts/train.py model=base trainer=gpu trainer.max_time=00:00:02:00 output_dir=$WORK/train_base \
+    "$PY scripts/train.py model=base trainer=gpu trainer.max_time=00:00:02:00 data.max_tokens=4096 output_dir=$WORK/train_base \
      && $PY benchmarks/run_summary.py $WORK/train_base"
 echo -e "\nTotal: $((SECONDS - START)) s, $FAILED section(s) failed." >>"$REPORT"
 echo "report: $REPORT"
