@@ -68,3 +68,11 @@ def test_padding_benchmark_compares_bucketed_and_random_batches() -> None:
     bucketed = float(out.split("length-bucketed (ours)")[1].split()[0].rstrip("%"))
     shuffled = float(out.split("random order")[1].split()[0].rstrip("%"))
     assert bucketed < shuffled  # the point of bucketing
+
+
+def test_loop_overhead_compares_the_bare_and_the_lightning_loop() -> None:
+    out = _run("loop_overhead.py", "--steps", "60", "--rounds", "1")
+    bare = float(out.split("bare PyTorch loop")[1].split()[0])
+    ours = float(out.split("our Lightning loop")[1].split()[0])
+    overhead = float(out.split("overhead")[-1].split()[0])
+    assert bare > 0 and ours > 0 and overhead == pytest.approx(ours - bare, abs=0.011)
