@@ -8,6 +8,8 @@ start of the next is counted over N steps, and at most one per report is allowed
 
 from __future__ import annotations
 
+import math
+
 import lightning as L
 import pytest
 import torch
@@ -95,3 +97,23 @@ def test_a_nonfinite_step_is_skipped_on_the_device_and_reported_late(tmp_path, m
     assert all(
         torch.isfinite(t).all() for t in ckpt["state_dict"].values() if t.is_floating_point()
     )
+
+
+def test_step_monitor_sums_finite_steps_and_counts_bad_ones() -> None:
+    from transformer_mt.step_monitor import StepMonitor
+
+    monitor = StepMonitor()
+    monitor.add(torch.tensor(2.0), torch.tensor(30.0), 10, step=0, batch="step 0", padding=0.1)
+    monitor.add(
+        torch.tensor(float("nan")), torch.tensor(1.0), 5, step=1, batch="step 1", padding=0.3
+    )
+    monitor.grad_norm(torch.tensor(float("inf")))  # another rank's NaN, all-reduced
+    monitor.add(torch.tensor(4.0), torch.tensor(50.0), 10, step=2, batch="step 2", padding=0.2)
+    monitor.grad_norm(torch.tensor(3.0))
+    report = monitor.report(step=3)
+    assert report.loss == pytest.approx((2.0 * 10 + 4.0 * 10) / 20)  # the NaN step left out
+    assert report.ppl == pytest.approx(math.exp(80.0 / 20))
+    assert (report.bad_steps, report.bad_grad_steps, report.first_bad_step) == (1, 1, 1)
+    assert math.isnan(report.first_bad_loss) and report.first_bad_batch == "step 1"
+    assert report.grad_norm == 3.0 and report.padding == pytest.approx(0.2)
+    assert monitor.report(step=4) is None  # started over

@@ -129,14 +129,15 @@ class TranslationModule(L.LightningModule):
             finite, all=True
         )  # every rank agrees
         if not finite:
-            self._nonfinite(1, float(mean), self._where(batch, batch_idx))
+            self._nonfinite(
+                1, f"non-finite training loss ({float(mean)}) at {self._where(batch, batch_idx)}"
+            )
             return None  # Lightning runs no backward and no optimizer step for this batch
         self.monitor.add(mean, nll, n_tokens, self.global_step, "", batch.padding)
         return mean
 
-    def _nonfinite(self, count: int, loss: float, where: str) -> None:
-        """Stop, or count and warn, for ``count`` non-finite steps, the first at ``where``."""
-        what = f"non-finite training loss ({loss}) at {where}"
+    def _nonfinite(self, count: int, what: str) -> None:
+        """Stop, or count and warn, for ``count`` non-finite steps (``what``: the first one)."""
         if self.on_nonfinite_loss == "stop":
             raise FloatingPointError(
                 f"{what}. Lower optim.lr_factor, raise optim.warmup, set trainer.gradient_clip_val, "
@@ -174,8 +175,17 @@ class TranslationModule(L.LightningModule):
         report = self.monitor.report(self.global_step)
         if report is None:
             return
-        if report.bad_steps and self._guard_on_device:
-            self._nonfinite(report.bad_steps, report.first_bad_loss, report.first_bad_batch)
+        if self._guard_on_device and (report.bad_steps or report.bad_grad_steps):
+            # Every rank sees the non-finite gradients, so all stop (or skip) together; the rank
+            # whose loss it was also names the batch.
+            count = max(report.bad_steps, report.bad_grad_steps)
+            what = (
+                f"non-finite training loss ({report.first_bad_loss}) at {report.first_bad_batch}"
+                if report.bad_steps
+                else f"non-finite gradients in {count} step(s) up to step {self.global_step - 1} "
+                f"(another rank's loss under DDP, or an overflow in backward)"
+            )
+            self._nonfinite(count, what)
         metrics = {
             "train/loss": report.loss,
             "train/ppl": report.ppl,

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 # Positions in the accumulator: sums over the steps since the last report.
-LOSS, NLL, TOKENS, BAD, FIRST_BAD_STEP, FIRST_BAD_LOSS, GRAD_NORM = range(7)
+LOSS, NLL, TOKENS, BAD, FIRST_BAD_STEP, FIRST_BAD_LOSS, GRAD_NORM, BAD_GRADS = range(8)
 
 
 @dataclass
@@ -30,7 +30,8 @@ class Report:
     tok_s: float  # target tokens per second over whole steps (loader, logging included)
     padding: float  # mean share of padding of the batches
     grad_norm: float  # of the last optimizer step
-    bad_steps: int  # steps whose loss was not finite
+    bad_steps: int  # steps whose loss was not finite (on this rank)
+    bad_grad_steps: int  # optimizer steps whose gradients were not finite (the same on every rank)
     first_bad_step: int  # -1 if none
     first_bad_loss: float
     first_bad_batch: str  # where it was: step, epoch, batch and its shape; "" if none
@@ -40,14 +41,14 @@ class Report:
 class StepMonitor:
     """Accumulates per-step figures on the device; ``report()`` reads them once and starts over."""
 
-    sums: Tensor | None = None  # (7,), see the positions above
+    sums: Tensor | None = None  # (8,), see the positions above
     tokens: int = 0  # target tokens, counted on the host when batches are collated
     padding: list[float] = field(default_factory=list)
     batches: dict[int, str] = field(default_factory=dict)  # step -> where: step, epoch, batch
     started: float = field(default_factory=time.perf_counter)
 
     def _zeros(self, device: torch.device) -> Tensor:
-        sums = torch.zeros(7, device=device)
+        sums = torch.zeros(8, device=device)
         sums[FIRST_BAD_STEP] = -1.0
         return sums
 
@@ -70,6 +71,7 @@ class StepMonitor:
                 torch.where(first, step + 1.0, zero),  # +1: where() adds to -1
                 torch.where(first, mean, zero),
                 zero,
+                zero,
             ]
         )
         self.sums += update  # in place: one small kernel, nothing leaves the device
@@ -78,10 +80,16 @@ class StepMonitor:
         self.batches[step] = batch
 
     def grad_norm(self, norm: Tensor) -> None:
-        """The total gradient norm of the step about to be taken (a device scalar)."""
+        """The total gradient norm of the step about to be taken (a device scalar).
+
+        Gradients are all-reduced before this, so every rank counts the same non-finite steps
+        here, even when only one rank's loss was not finite.
+        """
         if self.sums is None:
             self.sums = self._zeros(norm.device)
-        self.sums[GRAD_NORM] = norm.detach().float()
+        norm = norm.detach().float()
+        self.sums[GRAD_NORM] = norm
+        self.sums[BAD_GRADS] += torch.isfinite(norm).logical_not().float()
 
     def report(self, step: int) -> Report | None:
         """Read the accumulated figures (one host read) and start a new report; None if empty."""
@@ -99,6 +107,7 @@ class StepMonitor:
             padding=sum(self.padding) / len(self.padding),
             grad_norm=values[GRAD_NORM],
             bad_steps=int(values[BAD]),
+            bad_grad_steps=int(values[BAD_GRADS]),
             first_bad_step=first_step,
             first_bad_loss=values[FIRST_BAD_LOSS],
             first_bad_batch=self.batches.get(first_step, ""),
