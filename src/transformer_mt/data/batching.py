@@ -130,17 +130,17 @@ class TokenBatchSampler(Sampler[list[int]]):
         order = order[
             np.argsort(self.lens[order], kind="stable")
         ]  # by length, ties in random order
+        # Greedy packing in length order: a batch takes sentences while its longest (the last,
+        # lengths ascending) times its size fits the budget. One numpy pass per batch, not per
+        # sentence: a 4.5M-pair epoch is planned in a fraction of a second.
+        lens = self.lens[order]
         batches, start = [], 0
         while start < len(order):
-            end, longest = start, 0
-            while (
-                end < len(order)
-                and max(longest, self.lens[order[end]]) * (end - start + 1) <= self.max_tokens
-            ):
-                longest = max(longest, self.lens[order[end]])
-                end += 1
-            batches.append(order[start:end].tolist())
-            start = end
+            window = lens[start : start + self.max_tokens // lens[start]]  # at most this many fit
+            fits = window * np.arange(1, len(window) + 1) <= self.max_tokens  # True..True False..
+            count = len(window) if fits[-1] else int(np.argmin(fits))
+            batches.append(order[start : start + count].tolist())
+            start += count
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches

@@ -1,0 +1,115 @@
+"""Can the data loader feed a GPU? Batches/s of the real training loader on a WMT14 EN-DE-sized corpus.
+
+    python benchmarks/loader.py [--pairs 4500000] [--max-tokens 25000] [--workers 0 2] [--batches 300]
+
+The corpus repeats the 10,000 WMT EN-DE training pairs of ../shared/data (Europarl, CommonCrawl,
+news-commentary: WMT-like lengths) up to ``--pairs`` lines in ``--workdir`` (never in the project),
+and goes through the same ``data=local`` path as training: read into Arrow, SentencePiece on a
+seeded sample, tokenized with ``Dataset.map`` (all cached, so a second run starts at once). Then
+``TranslationDataModule.train_dataloader()`` (the token-bucket sampler, row fetch from Arrow,
+collate; page-locked memory is only used under a CUDA trainer, so not here) is iterated for ``--batches`` batches of
+``--max-tokens`` padded target tokens, once per worker count. A batch every 54 ms is what one
+H200 consumes at the goal pace of the paper's base run (100k steps in 1.5 h): 18.5 batches/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import resource
+import time
+from pathlib import Path
+
+from machine import describe  # benchmarks/machine.py
+
+from transformer_mt.config import DataConfig
+from transformer_mt.data.batching import TokenBatchSampler
+from transformer_mt.datamodule import TranslationDataModule
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "wmt_ende_toy10k_opennmt"
+GOAL_BATCHES_PER_S = 100_000 / 5400  # the paper's base run in 1.5 h on one GPU
+
+
+def build_corpus(workdir: Path, pairs: int) -> dict[str, list[str]]:
+    """``pairs`` lines of the WMT sample, repeated, and its first 1,000 as valid/test; cached."""
+    src, tgt = workdir / f"wmt{pairs}.en", workdir / f"wmt{pairs}.de"
+    small = [workdir / "wmt1000.en", workdir / "wmt1000.de"]
+    if not src.exists():
+        workdir.mkdir(parents=True, exist_ok=True)
+        with gzip.open(SHARED / "src-train.txt.gz", "rt", encoding="utf-8") as f:
+            en = f.read().splitlines()
+        with gzip.open(SHARED / "tgt-train.txt.gz", "rt", encoding="utf-8") as f:
+            de = f.read().splitlines()
+        with open(src, "w", encoding="utf-8") as fs, open(tgt, "w", encoding="utf-8") as ft:
+            for (s, t), _ in zip(itertools.cycle(zip(en, de)), range(pairs)):
+                fs.write(s + "\n")
+                ft.write(t + "\n")
+        for path, lines in zip(small, (en, de)):
+            path.write_text("".join(line + "\n" for line in lines[:1000]), encoding="utf-8")
+    train, dev = [str(src), str(tgt)], [str(p) for p in small]
+    return {"train": train, "valid": dev, "test": dev}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pairs", type=int, default=4_500_000)
+    parser.add_argument("--max-tokens", type=int, default=25_000)
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument("--vocab", type=int, default=37_000)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/tmt_loader"))
+    args = parser.parse_args()
+    print(describe())
+
+    started = time.perf_counter()
+    files = build_corpus(args.workdir, args.pairs)
+    cfg = DataConfig(
+        name=f"wmt_like_{args.pairs}",
+        source="local",
+        src_lang="en",
+        tgt_lang="de",
+        files=files,
+        vocab_size=args.vocab,
+        max_len=256,
+        max_tokens=args.max_tokens,
+        num_proc=2,
+        cache_dir=str(args.workdir / "cache"),
+    )
+    data = TranslationDataModule(cfg)
+    data.setup("fit")
+    print(f"corpus, tokenizer and tokenized cache ready: {time.perf_counter() - started:.1f} s")
+    train = data.splits["train"]
+    lens = train.with_format("numpy", columns=["src_len", "tgt_len"])[:]
+    t = time.perf_counter()
+    plan = TokenBatchSampler(lens["src_len"], lens["tgt_len"], args.max_tokens, seed=1)
+    n_batches = len(plan)
+    print(
+        f"epoch plan for {len(train):,} pairs: {time.perf_counter() - t:.2f} s, "
+        f"{n_batches:,} batches of <= {args.max_tokens:,} padded tokens per side"
+    )
+    for workers in args.workers:
+        cfg.num_workers = workers
+        loader = data.train_dataloader()
+        it = iter(loader)
+        next(it)  # workers started, first batch: not timed
+        t, n, tokens = time.perf_counter(), 0, 0
+        for batch in itertools.islice(it, args.batches):
+            n, tokens = n + 1, tokens + batch.n_tgt_tokens
+        seconds = time.perf_counter() - t
+        rate = n / seconds
+        print(
+            f"num_workers={workers}: {rate:6.1f} batches/s ({tokens / seconds:,.0f} target tokens/s, "
+            f"{n} batches, pinned memory: {loader.pin_memory}); {rate / GOAL_BATCHES_PER_S:.1f}x "
+            f"what one GPU at the goal pace consumes ({GOAL_BATCHES_PER_S:.1f}/s)"
+        )
+        del it, loader
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+    print(f"peak RSS: this process {own:.2f} GiB, largest child {children:.2f} GiB")
+
+
+if __name__ == "__main__":
+    main()
