@@ -7,7 +7,7 @@ news-commentary: WMT-like lengths) up to ``--pairs`` lines in ``--workdir`` (nev
 and goes through the same ``data=local`` path as training: read into Arrow, SentencePiece on a
 seeded sample, tokenized with ``Dataset.map`` (all cached, so a second run starts at once). Then
 ``TranslationDataModule.train_dataloader()`` (the token-bucket sampler, row fetch from Arrow,
-collate; page-locked memory is only used under a CUDA trainer, so not here) is iterated for ``--batches`` batches of
+collate, and with ``--pin-memory`` page-locked batches as a CUDA run uses) is iterated for ``--batches`` batches of
 ``--max-tokens`` padded target tokens, once per worker count. A batch every 54 ms is what one
 H200 consumes at the goal pace of the paper's base run (100k steps in 1.5 h): 18.5 batches/s.
 """
@@ -61,6 +61,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--vocab", type=int, default=37_000)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/tmt_loader"))
+    parser.add_argument(
+        "--pin-memory", action="store_true", help="page-locked batches, as training on a GPU uses"
+    )
     args = parser.parse_args()
     print(describe())
 
@@ -78,7 +81,7 @@ def main() -> None:
         num_proc=2,
         cache_dir=str(args.workdir / "cache"),
     )
-    data = TranslationDataModule(cfg)
+    data = TranslationDataModule(cfg, pin_memory=args.pin_memory)
     data.setup("fit")
     print(f"corpus, tokenizer and tokenized cache ready: {time.perf_counter() - started:.1f} s")
     train = data.splits["train"]

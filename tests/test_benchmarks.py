@@ -76,3 +76,15 @@ def test_loop_overhead_compares_the_bare_and_the_lightning_loop() -> None:
     ours = float(out.split("our Lightning loop")[1].split()[0])
     overhead = float(out.split("overhead")[-1].split()[0])
     assert bare > 0 and ours > 0 and overhead == pytest.approx(ours - bare, abs=0.011)
+
+
+@needs_shared(SHARED / "wmt_ende_toy10k_opennmt")
+def test_loader_benchmark_plans_an_epoch_and_times_the_real_loader(tmp_path) -> None:
+    out = _run(
+        "loader.py",
+        *("--pairs", "3000", "--batches", "5", "--vocab", "500", "--max-tokens", "2000"),
+        *("--workers", "0", "--workdir", str(tmp_path)),
+    )
+    assert "epoch plan for 2,999 pairs" in out  # one pair of the sample has an empty side
+    rate = float(out.split("num_workers=0:")[1].split()[0])
+    assert rate > 0 and "5 batches" in out and "peak RSS" in out

@@ -17,9 +17,10 @@ from transformer_mt.data.tokenizer import Tokenizer
 class TranslationDataModule(L.LightningDataModule):
     """Builds (once, cached on disk) and serves the splits of ``cfg``'s corpus."""
 
-    def __init__(self, cfg: DataConfig, seed: int = 1234) -> None:
+    def __init__(self, cfg: DataConfig, seed: int = 1234, pin_memory: bool | None = None) -> None:
+        """``pin_memory``: page-locked batches; None decides by the trainer (on a CUDA GPU only)."""
         super().__init__()
-        self.cfg, self.seed = cfg, seed
+        self.cfg, self.seed, self.pin_memory = cfg, seed, pin_memory
         self.tokenizer: Tokenizer | None = None
         self.text: DatasetDict | None = None
         self.splits: DatasetDict | None = None
@@ -63,7 +64,9 @@ class TranslationDataModule(L.LightningDataModule):
             generator=torch.Generator().manual_seed(self.seed),
             persistent_workers=self.cfg.num_workers > 0,
             # page-locked host memory lets the copy to the GPU overlap compute
-            pin_memory=trainer is not None and isinstance(trainer.accelerator, CUDAAccelerator),
+            pin_memory=self.pin_memory
+            if self.pin_memory is not None
+            else trainer is not None and isinstance(trainer.accelerator, CUDAAccelerator),
         )
 
     def train_dataloader(self) -> DataLoader:
