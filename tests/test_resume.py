@@ -162,12 +162,17 @@ def test_a_nonfinite_loss_stops_naming_step_and_batch(tmp_path, monkeypatch) -> 
         run(_compose(tmp_path, f"output_dir={tmp_path / 'run'}", "trainer.max_steps=5"))
 
 
-def test_a_nonfinite_loss_can_be_skipped(tmp_path, monkeypatch, caplog) -> None:
+@pytest.mark.parametrize("fused", ["true", "false"], ids=["on the device", "on the host"])
+def test_a_nonfinite_loss_can_be_skipped(tmp_path, monkeypatch, caplog, fused: str) -> None:
     _poison(monkeypatch, at_call=3)
     out = tmp_path / "run"
     run(
         _compose(
-            tmp_path, f"output_dir={out}", "trainer.max_steps=5", "trainer.on_nonfinite_loss=skip"
+            tmp_path,
+            f"output_dir={out}",
+            "trainer.max_steps=5",
+            "trainer.on_nonfinite_loss=skip",
+            f"optim.fused={fused}",
         )
     )
     losses = _series(out, "train/loss")

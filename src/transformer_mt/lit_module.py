@@ -73,6 +73,7 @@ class TranslationModule(L.LightningModule):
         )  # loss, perplexity, gradient norm, non-finite steps: on the device
         self._reported_at = -1  # the global step of the last report
         self._step_lr = 0.0  # the learning rate of the step in flight
+        self._guard_on_device = False  # set by configure_optimizers
         self.progress: dict[str, str] = {}  # the last report, for the progress bar
         self._outputs: dict[str, dict[int, list[int]]] = {}  # split -> row -> hypothesis ids
         self._nll: dict[str, list] = {}  # split -> [summed NLL, target tokens]
@@ -146,12 +147,6 @@ class TranslationModule(L.LightningModule):
             )
         self.skipped_steps += count
         log.warning("%s: step skipped (%d so far)", what, self.skipped_steps)
-
-    @property
-    def _guard_on_device(self) -> bool:
-        """Fused Adam skips a step on the device when told (``found_inf``, as GradScaler does)."""
-        optimizer = self.trainer.optimizers[0] if self.trainer.optimizers else None
-        return optimizer is not None and all(g.get("fused") for g in optimizer.param_groups)
 
     def on_before_optimizer_step(self, optimizer) -> None:
         grads = [p.grad for p in self.parameters() if p.grad is not None]
@@ -285,4 +280,7 @@ class TranslationModule(L.LightningModule):
         optimizer, schedule = build_optimizer(
             self.parameters(), self.optim_cfg, self.model_cfg.d_model, fused=fused
         )
+        # Fused Adam skips a step on the device when told (``found_inf``, as GradScaler does):
+        # then the non-finite guard needs no host read; decided once, here, not every step.
+        self._guard_on_device = bool(fused)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
