@@ -5,8 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
-# A subprocess, yet in the fast lane: the layering it guards is cheap to break and to check (~3 s).
+
+@pytest.mark.slow  # a fresh interpreter: this process has Hydra loaded already
 def test_model_decoding_and_loss_load_without_hydra_omegaconf_or_lightning() -> None:
     # A fresh interpreter: this test process has Hydra loaded already (conftest).
     code = (
