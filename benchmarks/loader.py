@@ -21,10 +21,13 @@ import resource
 import time
 from pathlib import Path
 
+import torch
 from machine import describe  # benchmarks/machine.py
+from torch.utils.data import DataLoader
 
 from transformer_mt.config import DataConfig
-from transformer_mt.data.batching import TokenBatchSampler
+from transformer_mt.data.batching import Batch, TokenBatchSampler
+from transformer_mt.data.tokenizer import BOS_ID, PAD_ID
 from transformer_mt.datamodule import TranslationDataModule
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "wmt_ende_toy10k_opennmt"
@@ -59,6 +62,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=25_000)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument(
+        "--baseline-batches",
+        type=int,
+        default=30,
+        help="batches read through the loader before the columnar fetch (0: skip it)",
+    )
     parser.add_argument("--vocab", type=int, default=37_000)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/tmt_loader"))
     parser.add_argument(
@@ -93,25 +102,72 @@ def main() -> None:
         f"epoch plan for {len(train):,} pairs: {time.perf_counter() - t:.2f} s, "
         f"{n_batches:,} batches of <= {args.max_tokens:,} padded tokens per side"
     )
+    print(f"resident now: {rss_gib():.2f} GiB")
+    rates = {}
     for workers in args.workers:
         cfg.num_workers = workers
+        rates[workers] = measure(f"num_workers={workers}", data.train_dataloader(), args.batches)
+    if args.baseline_batches:
+        # The loader before: datasets' own row fetch (a slice per row) and a collate in Python per
+        # row, on the same sampler and data; fewer batches, as it is slow on a large table.
         loader = data.train_dataloader()
-        it = iter(loader)
-        next(it)  # workers started, first batch: not timed
-        t, n, tokens = time.perf_counter(), 0, 0
-        for batch in itertools.islice(it, args.batches):
-            n, tokens = n + 1, tokens + batch.n_tgt_tokens
-        seconds = time.perf_counter() - t
-        rate = n / seconds
-        print(
-            f"num_workers={workers}: {rate:6.1f} batches/s ({tokens / seconds:,.0f} target tokens/s, "
-            f"{n} batches, pinned memory: {loader.pin_memory}); {rate / GOAL_BATCHES_PER_S:.1f}x "
-            f"what one GPU at the goal pace consumes ({GOAL_BATCHES_PER_S:.1f}/s)"
+        old = DataLoader(
+            data.splits["train"].with_format(columns=["src_ids", "tgt_ids", "index"]),
+            batch_sampler=loader.batch_sampler,
+            collate_fn=rows_collate,
         )
-        del it, loader
+        before = measure("before (rows via datasets)", old, args.baseline_batches)
+        print(f"ratio, no worker, now / before: {rates.get(0, float('nan')) / before:.1f}x")
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
-    print(f"peak RSS: this process {own:.2f} GiB, largest child {children:.2f} GiB")
+    print(
+        f"resident at the end: {rss_gib():.2f} GiB; peak RSS (building the cache included): "
+        f"this process {own:.2f} GiB, largest child {children:.2f} GiB"
+    )
+
+
+def rss_gib() -> float:
+    """This process's resident set now (pages of the memory-mapped cache it has touched included)."""
+    with open("/proc/self/status") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return kib / 2**20
+
+
+def rows_collate(rows: list[dict]):
+    """The pre-columnar collate: a tensor per row and side, padded one row at a time."""
+    lens = [len(r["tgt_ids"]) for r in rows]
+
+    def pad(seqs):
+        out = torch.full((len(seqs), max(map(len, seqs))), PAD_ID, dtype=torch.long)
+        for i, s in enumerate(seqs):
+            out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+        return out
+
+    tgt_in = pad([[BOS_ID] + r["tgt_ids"][:-1] for r in rows])
+    return Batch(
+        pad([r["src_ids"] for r in rows]),
+        tgt_in,
+        pad([r["tgt_ids"] for r in rows]),
+        torch.as_tensor([r["index"] for r in rows]),
+        sum(lens),
+    )
+
+
+def measure(label: str, loader, batches: int) -> float:
+    it = iter(loader)
+    next(it)  # workers started, first batch: not timed
+    t, n, tokens = time.perf_counter(), 0, 0
+    for batch in itertools.islice(it, batches):
+        n, tokens = n + 1, tokens + batch.n_tgt_tokens
+    seconds = time.perf_counter() - t
+    rate = n / seconds
+    print(
+        f"{label}: {rate:6.1f} batches/s ({tokens / seconds:,.0f} target tokens/s, "
+        f"{n} batches, pinned memory: {loader.pin_memory}); {rate / GOAL_BATCHES_PER_S:.1f}x "
+        f"what one GPU at the goal pace consumes ({GOAL_BATCHES_PER_S:.1f}/s); "
+        f"resident {rss_gib():.2f} GiB"
+    )
+    return rate
 
 
 if __name__ == "__main__":

@@ -206,3 +206,98 @@ def test_an_epoch_plan_for_wmt14_en_de_size_takes_seconds() -> None:
     batches = TokenBatchSampler(src, tgt, 25_000, seed=1)._batches()
     assert time.perf_counter() - start < 5.0  # was ~13 s one sentence at a time
     assert sum(len(b) for b in batches) == 4_500_000
+
+
+def _reference_batch(rows: list[dict]) -> dict[str, list[list[int]]]:
+    """Padding and the target shift written out one sentence at a time."""
+    width = lambda seqs: max(map(len, seqs))  # noqa: E731
+    src, tgt = [r["src_ids"] for r in rows], [r["tgt_ids"] for r in rows]
+    return {
+        "src": [s + [PAD_ID] * (width(src) - len(s)) for s in src],
+        "tgt_in": [[BOS_ID] + t[:-1] + [PAD_ID] * (width(tgt) - len(t)) for t in tgt],
+        "tgt_out": [t + [PAD_ID] * (width(tgt) - len(t)) for t in tgt],
+        "index": [r["index"] for r in rows],
+    }
+
+
+@pytest.fixture(scope="module")
+def token_split():
+    """A tokenized split as training reads it: several Arrow chunks in two shards, rows filtered."""
+    from datasets import Dataset, concatenate_datasets
+
+    rng = np.random.default_rng(3)
+
+    def shard(first: int, n: int) -> Dataset:
+        rows = {
+            "src_ids": [
+                rng.integers(4, 900, rng.integers(1, 30)).tolist() + [EOS_ID] for _ in range(n)
+            ],
+            "tgt_ids": [
+                rng.integers(4, 900, rng.integers(1, 30)).tolist() + [EOS_ID] for _ in range(n)
+            ],
+            "index": list(range(first, first + n)),
+        }
+        # map writes record batches of writer_batch_size rows: many chunks, as on disk
+        return Dataset.from_dict(rows).map(lambda b: b, batched=True, writer_batch_size=37)
+
+    both = concatenate_datasets([shard(0, 400), shard(400, 300)])
+    return both.filter(lambda r: r["index"] % 7 != 3)  # an indices mapping over the stored rows
+
+
+def test_batches_read_from_arrow_equal_the_rows_padded_one_by_one(token_split) -> None:
+    from transformer_mt.data.batching import TokenRows, collate_columns
+
+    assert (
+        token_split.data.table.column("src_ids").num_chunks > 10
+        and token_split._indices is not None
+    )
+    rows = TokenRows(token_split)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        picked = rng.choice(len(token_split), size=rng.integers(1, 60), replace=False).tolist()
+        batch = collate_columns(rows.__getitems__(picked))
+        expected = _reference_batch([token_split[i] for i in picked])
+        got = {name: getattr(batch, name).tolist() for name in expected}
+        assert got == expected
+        assert batch.n_tgt_tokens == sum(len(token_split[i]["tgt_ids"]) for i in picked)
+        assert batch.first_rows == tuple(expected["index"][:5])
+
+
+def test_token_rows_reach_a_worker_as_file_paths_and_read_the_same(token_split) -> None:
+    import pickle
+
+    from transformer_mt.data.batching import TokenRows
+
+    rows = TokenRows(token_split)
+    before = rows.__getitems__([5, 590, 17])
+    copy = pickle.loads(pickle.dumps(rows))  # what starting a DataLoader worker does
+    assert copy._opened is None  # the numpy views are not shipped; the worker opens its own
+    after = copy.__getitems__([5, 590, 17])
+    for name in ("src", "src_lens", "tgt", "tgt_lens", "index"):
+        np.testing.assert_array_equal(getattr(after, name), getattr(before, name))
+
+
+def test_pad_and_collate_match_the_sentence_by_sentence_rule() -> None:
+    from transformer_mt.data.batching import pad
+
+    rng = np.random.default_rng(1)
+    seqs = [rng.integers(4, 50, rng.integers(1, 12)).tolist() for _ in range(40)]
+    assert pad(seqs).tolist() == [s + [PAD_ID] * (max(map(len, seqs)) - len(s)) for s in seqs]
+    rows = [
+        {"src_ids": s + [EOS_ID], "tgt_ids": s[::-1] + [EOS_ID], "index": i}
+        for i, s in enumerate(seqs)
+    ]
+    batch = collate(rows)
+    assert {
+        k: getattr(batch, k).tolist() for k in ("src", "tgt_in", "tgt_out", "index")
+    } == _reference_batch(rows)
+
+
+def test_a_batch_pins_all_its_tensors(monkeypatch) -> None:
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    pinned = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t, *a: pinned.append(t.shape) or t)
+    batch = collate([{"src_ids": [5, EOS_ID], "tgt_ids": [6, 7, EOS_ID], "index": 0}])
+    out = pin_memory(batch)  # what the DataLoader's pinning thread does with each batch
+    assert type(out) is type(batch) and len(pinned) == 4  # src, tgt_in, tgt_out, index

@@ -9,7 +9,7 @@ from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader
 
 from transformer_mt.config import DataConfig
-from transformer_mt.data.batching import TokenBatchSampler, collate
+from transformer_mt.data.batching import TokenBatchSampler, TokenRows, collate_columns
 from transformer_mt.data.dataset import load_corpus, tokenize, train_tokenizer
 from transformer_mt.data.tokenizer import Tokenizer
 
@@ -55,9 +55,9 @@ class TranslationDataModule(L.LightningDataModule):
             rank=trainer.global_rank if trainer else 0,
         )
         return DataLoader(
-            ds.with_format(columns=["src_ids", "tgt_ids", "index"]),
+            TokenRows(ds),  # a batch's rows in one read, padded by numpy (no Python per token)
             batch_sampler=sampler,
-            collate_fn=collate,
+            collate_fn=collate_columns,
             num_workers=self.cfg.num_workers,
             # Its own generator: creating an iterator then draws no number from the global one,
             # whose state (dropout's) an exact resume restores.

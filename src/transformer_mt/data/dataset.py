@@ -15,6 +15,7 @@ import shutil
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 from datasets import Dataset, DatasetDict, Features, Value, load_dataset
 from datasets.exceptions import DatasetGenerationError
 from tqdm.auto import tqdm
@@ -253,14 +254,24 @@ def _encode_batch(batch: dict[str, list], indices: list[int], model_path: str) -
     return out
 
 
-def _short_enough(batch: dict[str, list], limit: int) -> list[bool]:
-    return [max(s, t) <= limit for s, t in zip(batch["src_len"], batch["tgt_len"])]
+def _drop_unusable(ds: Dataset, max_len: int) -> tuple[Dataset, list[str]]:
+    """Drop pairs over ``max_len`` pieces (EOS aside) or with an empty side; say how many of each.
 
-
-def _both_sides(batch: dict[str, list]) -> list[bool]:
-    return [
-        min(s, t) > 1 for s, t in zip(batch["src_len"], batch["tgt_len"])
-    ]  # more than EOS alone
+    One numpy pass over the two length columns, then one ``select``: on WMT14 EN-FR's 36M pairs
+    this takes seconds, where ``Dataset.filter`` runs Python over every row (minutes, twice).
+    """
+    lens = ds.with_format("numpy", columns=["src_len", "tgt_len"])[:]
+    src, tgt = lens["src_len"], lens["tgt_len"]
+    too_long = np.maximum(src, tgt) > max_len + 1  # + EOS
+    empty = ~too_long & (np.minimum(src, tgt) <= 1)  # nothing but EOS
+    reasons = [
+        f"{int(too_long.sum())} longer than data.max_len={max_len} pieces",
+        f"{int(empty.sum())} with an empty side",
+    ]
+    if too_long.any() or empty.any():
+        # The row numbers are kept in memory (8 bytes a pair), written in a few large batches.
+        ds = ds.select(np.flatnonzero(~(too_long | empty)), writer_batch_size=1_000_000)
+    return ds, reasons
 
 
 def tokenize(corpus: DatasetDict, tokenizer: Tokenizer, cfg: DataConfig) -> DatasetDict:
@@ -283,17 +294,7 @@ def tokenize(corpus: DatasetDict, tokenizer: Tokenizer, cfg: DataConfig) -> Data
         )
         read, reasons = len(ds), []
         if split == "train":
-            for why, keep, kwargs in (
-                (
-                    f"longer than data.max_len={cfg.max_len} pieces",
-                    _short_enough,
-                    {"limit": cfg.max_len + 1},
-                ),
-                ("with an empty side", _both_sides, {}),
-            ):
-                before = len(ds)
-                ds = ds.filter(keep, batched=True, fn_kwargs=kwargs, desc=f"filtering {split}")
-                reasons.append(f"{before - len(ds)} {why}")
+            ds, reasons = _drop_unusable(ds, cfg.max_len)
         log.info(
             "%s: %d pairs read, %d kept, %d dropped%s",
             split,
