@@ -26,7 +26,7 @@ from machine import describe  # benchmarks/machine.py
 from torch.utils.data import DataLoader
 
 from transformer_mt.config import DataConfig
-from transformer_mt.data.batching import Batch, TokenBatchSampler
+from transformer_mt.data.batching import Batch, TokenBatchSampler, TokenRows
 from transformer_mt.data.tokenizer import BOS_ID, PAD_ID
 from transformer_mt.datamodule import TranslationDataModule
 
@@ -94,10 +94,13 @@ def main() -> None:
     data.setup("fit")
     print(f"corpus, tokenizer and tokenized cache ready: {time.perf_counter() - started:.1f} s")
     train = data.splits["train"]
-    lens = train.with_format("numpy", columns=["src_len", "tgt_len"])[:]
     t = time.perf_counter()
-    plan = TokenBatchSampler(lens["src_len"], lens["tgt_len"], args.max_tokens, seed=1)
+    src_lens, tgt_lens = TokenRows(train).lengths()
+    read = time.perf_counter() - t
+    t = time.perf_counter()
+    plan = TokenBatchSampler(src_lens, tgt_lens, args.max_tokens, seed=1)
     n_batches = len(plan)
+    print(f"lengths of {len(train):,} pairs read: {read:.2f} s")
     print(
         f"epoch plan for {len(train):,} pairs: {time.perf_counter() - t:.2f} s, "
         f"{n_batches:,} batches of <= {args.max_tokens:,} padded tokens per side"

@@ -1,13 +1,15 @@
-"""Preprocessing at scale: 1M pairs read, SentencePiece trained, tokenized with 1 and 2 processes, and again from the caches.
+"""Preprocessing at scale: 1M pairs (or WMT14 EN-FR's 36M) read, SentencePiece trained, tokenized, and again from the caches.
 
-    python benchmarks/preprocess.py [--pairs 1000000] [--vocab 8000] [--workdir /tmp/tmt_preprocess]
+    python benchmarks/preprocess.py [--pairs 1000000] [--vocab 8000] [--procs 1 2] [--workdir /tmp/tmt_preprocess]
+    python benchmarks/preprocess.py --pairs 36000000 --procs 2     # WMT14 EN-FR's size
 
 The corpus is built by repeating the Anki Spanish-English pairs of ../shared/data (written to
 --workdir, never into the project) and read through the same ``data=local`` code path as training:
 ``Dataset.from_generator`` (streamed into Arrow), a seeded sample for SentencePiece, and
-``Dataset.map(batched=True, num_proc=N)``. Tokenization runs once per process count, each into a
-fresh cache so neither reuses the other; then the whole pipeline runs again on the first cache,
-which must be reused. Peak RSS is that of this process and of its worker processes.
+``Dataset.map(batched=True, num_proc=N)``. Tokenization runs once per ``--procs`` entry, each into
+a fresh cache so none reuses another; then the whole pipeline runs again on the first cache, which
+must be reused. Peak RSS is that of this process and of its largest worker; disk is what the
+corpus files and each cache take.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "anki_spa_eng
 
 
 def build_corpus(workdir: Path, pairs: int) -> tuple[Path, Path]:
-    src, tgt = workdir / "corpus.es", workdir / "corpus.en"
+    src, tgt = workdir / f"corpus{pairs}.es", workdir / f"corpus{pairs}.en"
     if not src.exists():
         with gzip.open(SHARED / "spa-eng.es.gz", "rt") as f:
             es = f.read().splitlines()
@@ -53,7 +55,12 @@ def timed(label: str, fn):
     start = time.perf_counter()
     out = fn()
     seconds = time.perf_counter() - start
-    print(f"  {label:<44} {seconds:8.1f} s")
+    own, children = peak_rss_gib()
+    print(
+        f"  {label:<44} {seconds:8.1f} s   (peak RSS so far {own:.2f} GiB, "
+        f"largest worker so far {children:.2f} GiB)",
+        flush=True,
+    )
     return out, seconds
 
 
@@ -78,12 +85,19 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--input-sentence-size", type=int, default=2_000_000)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/tmt_preprocess"))
+    parser.add_argument(
+        "--procs",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="tokenize once per process count, each into a fresh cache",
+    )
     args = parser.parse_args()
     print(describe())
     args.workdir.mkdir(parents=True, exist_ok=True)
     src, tgt = build_corpus(args.workdir, args.pairs)
-    for cache in ("cache1", "cache2"):
-        shutil.rmtree(args.workdir / cache, ignore_errors=True)
+    for n in range(1, len(args.procs) + 1):
+        shutil.rmtree(args.workdir / f"cache{n}", ignore_errors=True)
     dev = [
         str(SHARED.parent / "wmt13_newstest2013_esen" / f"newstest2013.{lang}")
         for lang in ("es", "en")
@@ -103,21 +117,33 @@ def main() -> None:
         f"{args.pairs:,} ES-EN pairs (Anki pairs repeated), vocab {args.vocab}, "
         f"SentencePiece sample {args.input_sentence_size:,} sentences"
     )
-    one = pipeline(replace(base, num_proc=1), "first run, 1 process")
-    two = pipeline(
-        replace(base, num_proc=2, cache_dir=str(args.workdir / "cache2")), "first run, 2 processes"
-    )
+    seconds = {}
+    for n, procs in enumerate(args.procs, 1):
+        cfg = replace(base, num_proc=procs, cache_dir=str(args.workdir / f"cache{n}"))
+        seconds[procs] = pipeline(cfg, f"first run, {procs} process(es), empty cache{n}")
     start = time.perf_counter()
-    pipeline(replace(base, num_proc=1), "second run, same settings (caches)")
+    pipeline(replace(base, num_proc=args.procs[0]), "second run, same settings (cache1)")
     again = time.perf_counter() - start
     splits = args.pairs + 2 * 3000  # train, and newstest2013 as valid and test
     own, children = peak_rss_gib()
-    print(
-        f"tokenization: {splits / one:,.0f} pairs/s with 1 process, {splits / two:,.0f} pairs/s with 2 "
-        f"({one / two:.2f}x)"
-    )
+    rates = ", ".join(f"{splits / s:,.0f} pairs/s with {p} process(es)" for p, s in seconds.items())
+    print(f"tokenization: {rates}")
     print(f"second run, whole pipeline: {again:.1f} s")
     print(f"peak RSS: {own:.2f} GiB (this process), {children:.2f} GiB (largest worker)")
+    print(
+        f"disk: corpus text {du_gib(src) + du_gib(tgt):.2f} GiB; "
+        + "; ".join(
+            f"cache{n} {du_gib(args.workdir / f'cache{n}'):.2f} GiB"
+            for n in range(1, len(args.procs) + 1)
+        )
+        + " (Arrow text, SentencePiece, Arrow token ids)"
+    )
+
+
+def du_gib(path: Path) -> float:
+    """Bytes on disk under ``path`` (a file or a folder), in GiB."""
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    return sum(p.stat().st_blocks * 512 for p in files) / 2**30
 
 
 if __name__ == "__main__":

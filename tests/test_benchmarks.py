@@ -88,3 +88,15 @@ def test_loader_benchmark_plans_an_epoch_and_times_the_real_loader(tmp_path) -> 
     assert "epoch plan for 2,999 pairs" in out  # one pair of the sample has an empty side
     rate = float(out.split("num_workers=0:")[1].split()[0])
     assert rate > 0 and "5 batches" in out and "peak RSS" in out
+
+
+@needs_shared(SHARED / "anki_spa_eng")
+def test_preprocess_benchmark_times_each_stage_and_reuses_its_cache(tmp_path) -> None:
+    out = _run(
+        "preprocess.py",
+        *("--pairs", "12000", "--vocab", "300", "--input-sentence-size", "5000"),
+        *("--procs", "1", "--workdir", str(tmp_path)),
+    )
+    assert "first run, 1 process(es), empty cache1" in out and "second run" in out
+    again = float(out.split("second run, whole pipeline:")[1].split()[0])
+    assert 0 <= again < 60 and "cache1" in out.split("disk:")[1]

@@ -225,6 +225,8 @@ def token_split():
     """A tokenized split as training reads it: several Arrow chunks in two shards, rows filtered."""
     from datasets import Dataset, concatenate_datasets
 
+    from transformer_mt.data.dataset import TOKENIZED
+
     rng = np.random.default_rng(3)
 
     def shard(first: int, n: int) -> Dataset:
@@ -237,8 +239,14 @@ def token_split():
             ],
             "index": list(range(first, first + n)),
         }
-        # map writes record batches of writer_batch_size rows: many chunks, as on disk
-        return Dataset.from_dict(rows).map(lambda b: b, batched=True, writer_batch_size=37)
+        rows.update(
+            {f"{side}_len": [len(r) for r in rows[f"{side}_ids"]] for side in ("src", "tgt")}
+        )
+        # map writes record batches of writer_batch_size rows (many chunks, as on disk), in the
+        # tokenized cache's own types
+        return Dataset.from_dict(rows).map(
+            lambda b: b, batched=True, writer_batch_size=37, features=TOKENIZED
+        )
 
     both = concatenate_datasets([shard(0, 400), shard(400, 300)])
     return both.filter(lambda r: r["index"] % 7 != 3)  # an indices mapping over the stored rows
@@ -301,3 +309,11 @@ def test_a_batch_pins_all_its_tensors(monkeypatch) -> None:
     batch = collate([{"src_ids": [5, EOS_ID], "tgt_ids": [6, 7, EOS_ID], "index": 0}])
     out = pin_memory(batch)  # what the DataLoader's pinning thread does with each batch
     assert type(out) is type(batch) and len(pinned) == 4  # src, tgt_in, tgt_out, index
+
+
+def test_token_rows_read_the_lengths_of_the_split_not_of_the_stored_rows(token_split) -> None:
+    from transformer_mt.data.batching import TokenRows
+
+    src, tgt = TokenRows(token_split).lengths()
+    assert src.tolist() == [len(r) for r in token_split["src_ids"]]
+    assert tgt.tolist() == [len(r) for r in token_split["tgt_ids"]]

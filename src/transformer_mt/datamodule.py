@@ -42,12 +42,12 @@ class TranslationDataModule(L.LightningDataModule):
         self.splits = tokenize(self.text, self.tokenizer, self.cfg)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        ds = self.splits[split]
-        lens = ds.with_format("numpy", columns=["src_len", "tgt_len"])[:]
+        rows = TokenRows(self.splits[split])
+        src_lens, tgt_lens = rows.lengths()
         trainer = self.trainer
         sampler = TokenBatchSampler(
-            lens["src_len"],
-            lens["tgt_len"],
+            src_lens,
+            tgt_lens,
             self.cfg.max_tokens,
             shuffle=shuffle,
             seed=self.seed,
@@ -55,7 +55,7 @@ class TranslationDataModule(L.LightningDataModule):
             rank=trainer.global_rank if trainer else 0,
         )
         return DataLoader(
-            TokenRows(ds),  # a batch's rows in one read, padded by numpy (no Python per token)
+            rows,  # a batch's rows read from the Arrow memory map, padded by numpy
             batch_sampler=sampler,
             collate_fn=collate_columns,
             num_workers=self.cfg.num_workers,

@@ -170,21 +170,36 @@ class TokenRows(torch.utils.data.Dataset):
     def __getstate__(self) -> dict:
         return {"ds": self.ds, "_opened": None}  # workers reopen the memory map themselves
 
+    def _mapping(self) -> np.ndarray | None:
+        """Stored row of each of the split's rows; None when the split is read as stored.
+
+        A filtered or subset split keeps all rows on disk and maps its row numbers to them
+        (datasets' indices mapping).
+        """
+        mapping = self.ds._indices
+        return None if mapping is None else mapping.column(0).to_numpy().astype(np.int64)
+
     def _open(self) -> tuple:
         if self._opened is None:
             table = self.ds.data.table  # the whole Arrow table, before any row selection
-            # A filtered or subset split keeps all rows on disk and maps its row numbers to
-            # them (datasets' indices mapping); None when the split is read as stored.
-            mapping = self.ds._indices
-            rows = None if mapping is None else mapping.column(0).to_numpy().astype(np.int64)
-            index = np.concatenate([c.to_numpy() for c in table.column("index").chunks])
+            index = table.column("index").to_numpy()
             self._opened = (
                 _ListColumn(table.column("src_ids")),
                 _ListColumn(table.column("tgt_ids")),
                 index,
-                rows,
+                self._mapping(),
             )
         return self._opened
+
+    def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every row's source and target length (EOS included), for planning batches.
+
+        Read column-wise from Arrow: a second for 36M rows, where a numpy-formatted
+        ``Dataset`` slice converts the columns a record batch at a time.
+        """
+        table, mapping = self.ds.data.table, self._mapping()
+        src, tgt = table.column("src_len").to_numpy(), table.column("tgt_len").to_numpy()
+        return (src, tgt) if mapping is None else (src[mapping], tgt[mapping])
 
     def __getitems__(self, indices: Sequence[int]) -> Columns:
         src_col, tgt_col, index, mapping = self._open()

@@ -1,8 +1,9 @@
 """Parallel corpora as Hugging Face ``datasets``: loaded, length-filtered, tokenized once and cached.
 
 Every corpus becomes a ``DatasetDict`` with splits ``train``/``valid``/``test`` and string
-columns ``src`` and ``tgt``; tokenization adds ``src_ids``/``tgt_ids`` (each ending in EOS)
-and their lengths, kept in the Arrow cache so a second run does not tokenize again.
+columns ``src`` and ``tgt``; tokenization makes from it splits of ``src_ids``/``tgt_ids`` (int32,
+each ending in EOS), their lengths and each pair's row number, kept in the Arrow cache so a second
+run does not tokenize again (the text itself stays in the corpus's own cache).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from datasets import Dataset, DatasetDict, Features, Value, load_dataset
+from datasets import Dataset, DatasetDict, Features, List, Value, load_dataset
 from datasets.exceptions import DatasetGenerationError
 from tqdm.auto import tqdm
 
@@ -240,6 +241,18 @@ def train_tokenizer(corpus: DatasetDict, cfg: DataConfig) -> Tokenizer:
         ) from None
 
 
+# Piece ids fit in 32 bits (half of Python ints' default int64 on disk and in the page cache).
+TOKENIZED = Features(
+    {
+        "index": Value("int64"),
+        "src_ids": List(Value("int32")),
+        "src_len": Value("int32"),
+        "tgt_ids": List(Value("int32")),
+        "tgt_len": Value("int32"),
+    }
+)
+
+
 @lru_cache(maxsize=4)
 def _processor(model_path: str) -> Tokenizer:
     return Tokenizer(model_path)
@@ -290,6 +303,8 @@ def tokenize(corpus: DatasetDict, tokenizer: Tokenizer, cfg: DataConfig) -> Data
             with_indices=True,
             fn_kwargs={"model_path": str(tokenizer.path)},
             num_proc=_procs(cfg, ds),
+            remove_columns=ds.column_names,  # the text stays in the corpus's own cache
+            features=TOKENIZED,
             desc=f"tokenizing {split}",
         )
         read, reasons = len(ds), []
