@@ -195,3 +195,59 @@ def test_gold_links_outside_a_sentence_are_dropped_and_reported() -> None:
     with pytest.raises(ValueError, match="2 sentences of gold for 1 sentence pairs"):
         drop_outside(gold, ["a b"], ["x y"])
     assert corpus_scores([{(0, 0), (1, 1)}, {(0, 0)}], cleaned) == (0.0, 1.0, 1.0)
+
+
+GRACA = SHARED / "word_alignment_gold_esen_graca"
+XLWA = SHARED / "word_alignment_gold_esen_xlwa"
+
+
+@needs_shared(GRACA)
+def test_the_graca_spanish_english_gold_reads_as_documented() -> None:
+    from transformer_mt.analysis.alignment import read_tagged_sentences
+
+    en = read_tagged_sentences(GRACA / "orig" / "test.en")
+    es = read_tagged_sentences(GRACA / "orig" / "test.es")
+    gold = read_gold(GRACA / "orig" / "alignment", one_indexed=True)  # snum en es S|P
+    assert (len(en), len(es), len(gold)) == (100, 100, 100)
+    assert sum(len(s.split()) for s in en) == 1072 and sum(len(s.split()) for s in es) == 1106
+    sure = sum(len(s) for s, _ in gold)
+    possible_only = sum(len(p - s) for s, p in gold)
+    assert (sure, possible_only) == (835, 560)  # the folder's README
+    assert en == (GRACA / "en.txt").read_text(encoding="utf-8").splitlines()
+    # ES->EN: Spanish words first, as the derived Pharaoh file read with reverse=True
+    spanish_first = read_gold(GRACA / "orig" / "alignment", one_indexed=True, reverse=True)
+    assert spanish_first == read_gold(GRACA / "gold.pharaoh", reverse=True)
+    for (s, p), e, x in zip(spanish_first, en, es, strict=True):
+        assert all(0 <= i < len(x.split()) and 0 <= j < len(e.split()) for i, j in p)
+
+
+@needs_shared(XLWA)
+@pytest.mark.parametrize(
+    ("split", "links", "en_words", "es_words"),
+    [("dev", 1961, 1849, 2005), ("test", 4722, 4369, 4829)],
+)
+def test_the_xlwa_spanish_english_gold_reads_as_documented(
+    split, links, en_words, es_words
+) -> None:
+    from transformer_mt.analysis.alignment import read_xlwa
+
+    en, es, gold = read_xlwa(XLWA / "orig" / f"{split}.tsv")
+    assert sum(len(s) for s, _ in gold) == links and all(s == p for s, p in gold)  # all sure
+    assert (
+        sum(len(s.split()) for s in en) == en_words and sum(len(s.split()) for s in es) == es_words
+    )
+    assert es == (XLWA / f"es.{split}.txt").read_text(encoding="utf-8").splitlines()
+    _, _, reversed_gold = read_xlwa(XLWA / "orig" / f"{split}.tsv", reverse=True)
+    assert reversed_gold == read_gold(XLWA / f"gold.{split}.pharaoh", reverse=True)
+
+
+def test_gold_readers_name_the_bad_line(tmp_path) -> None:
+    from transformer_mt.analysis.alignment import read_tagged_sentences, read_xlwa
+    from transformer_mt.errors import UserError
+
+    (tmp_path / "a.tsv").write_text("the cat\tel gato\t0-0 1-1\nthe dog\tel perro\n")
+    with pytest.raises(UserError, match=r"a.tsv:2: expected English<TAB>sentence<TAB>links"):
+        read_xlwa(tmp_path / "a.tsv")
+    (tmp_path / "b.en").write_text("<s snum=1> a b </s>\nno markup\n")
+    with pytest.raises(UserError, match=r"b.en:2: expected '<s snum=N> words </s>'"):
+        read_tagged_sentences(tmp_path / "b.en")

@@ -9,6 +9,7 @@ Legend: L layers, H heads, W_tgt target words, W_src source words.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,20 +28,24 @@ Links = set[tuple[int, int]]
 def read_pharaoh(line: str, one_indexed: bool = False) -> tuple[Links, Links]:
     """Sure and possible links of one line: ``"0-0 1-2 3p4"`` -> ({(0,0),(1,2)}, {(0,0),(1,2),(3,4)}).
 
+    A possible link is written ``ipj`` (talp) or ``i?j`` (as in our Graca copy).
+
     Args:
         one_indexed: the file counts words from 1 (the Hansards and RO-EN gold sets do).
 
     Raises:
-        ValueError: on a token that is neither ``i-j`` nor ``ipj``.
+        ValueError: on a token that is neither ``i-j`` nor ``ipj``/``i?j``.
     """
     sure: Links = set()
     possible: Links = set()
     shift = 1 if one_indexed else 0
     for token in line.split():
-        sep = "-" if "-" in token else "p"
+        sep = next((c for c in "-p?" if c in token), "-")
         left, _, right = token.partition(sep)
         if not (left.isdigit() and right.isdigit()):
-            raise ValueError(f"{token!r} is not a link: expected i-j (sure) or ipj (possible)")
+            raise ValueError(
+                f"{token!r} is not a link: expected i-j (sure) or ipj / i?j (possible)"
+            )
         link = (int(left) - shift, int(right) - shift)
         possible.add(link)
         if sep == "-":
@@ -184,9 +189,56 @@ def read_gold(
                 gold.append(read_pharaoh(line, one_indexed))
             except ValueError as err:
                 raise UserError(f"{path}:{n}: {err}") from None
-    if reverse:
-        gold = [({(j, i) for i, j in s}, {(j, i) for i, j in p}) for s, p in gold]
-    return gold
+    return _swap(gold) if reverse else gold
+
+
+def _swap(gold: list[tuple[Links, Links]]) -> list[tuple[Links, Links]]:
+    return [({(j, i) for i, j in s}, {(j, i) for i, j in p}) for s, p in gold]
+
+
+def read_xlwa(
+    path: str | Path, reverse: bool = False
+) -> tuple[list[str], list[str], list[tuple[Links, Links]]]:
+    """An XL-WA file (Martelli et al. 2023): ``English<TAB>other<TAB>i-j ...`` per line.
+
+    Links are 0-indexed, English first, and all sure (XL-WA has no possible links).
+
+    Returns:
+        English sentences, other-language sentences, and (sure, possible) per line with
+        i counting English words; ``reverse`` makes i count the other language's words
+        (e.g. for Spanish->English).
+    """
+    english, other, gold = [], [], []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        fields = line.split("\t")
+        if len(fields) < 3:
+            raise UserError(
+                f"{path}:{n}: expected English<TAB>sentence<TAB>links, found {len(fields)} column(s)"
+            )
+        try:
+            sure, _ = read_pharaoh(fields[2])
+        except ValueError as err:
+            raise UserError(f"{path}:{n}: {err}") from None
+        english.append(fields[0].strip())
+        other.append(fields[1].strip())
+        gold.append((sure, set(sure)))
+    return english, other, _swap(gold) if reverse else gold
+
+
+def read_tagged_sentences(path: str | Path) -> list[str]:
+    """Sentences marked up as ``<s snum=N> words </s>`` (Graca et al. 2008), in snum order."""
+    sentences: dict[int, str] = {}
+    pattern = re.compile(r"^\s*<s snum=(\d+)>(.*)</s>\s*$")
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        match = pattern.match(line)
+        if match is None:
+            raise UserError(f"{path}:{n}: expected '<s snum=N> words </s>', found {line[:60]!r}")
+        sentences[int(match.group(1))] = " ".join(match.group(2).split())
+    if sorted(sentences) != list(range(1, len(sentences) + 1)):
+        raise UserError(f"{path}: sentence numbers are not 1..{len(sentences)}")
+    return [sentences[k] for k in range(1, len(sentences) + 1)]
 
 
 def drop_outside(
