@@ -14,8 +14,14 @@ intersection of target->source and source->target argmaxes. Then the diagnostics
 row entropy (nats) against log(n) for uniform attention, the same at softmax temperatures 0.5
 and 2, and the share of source words that receive less than 0.25 attention in total.
 
-``--output`` writes the alignment of one layer (``--layer``; by default the best one against
-the gold, else the last) in Pharaoh format, 0-indexed ``source-target``, one line per pair.
+With gold, every head of every layer is scored alone as well (and each layer's mean): the AER
+grid of the best reading is printed, drawn to ``aer_heads.png`` and written with the best head
+to ``best_head.json`` in ``--save-dir`` (default: ``RUN_DIR/align``), where
+``translate.py --alignments --head best`` and ``plot_alignment.py --head best`` find it.
+
+``--output`` writes the alignment of one layer (``--layer``), or of one head (``--head L:H``,
+``--head best``), in Pharaoh format, 0-indexed ``source-target``, one line per pair; by default
+the best layer against the gold, else the last.
 """
 
 from __future__ import annotations
@@ -24,12 +30,21 @@ import argparse
 import sys
 from pathlib import Path
 
-from transformer_mt.analysis import format_pharaoh, read_gold, score_layers
+from transformer_mt.analysis import (
+    format_pharaoh,
+    parse_head,
+    read_gold,
+    score_heads,
+    score_layers,
+)
 from transformer_mt.analysis.report import (
+    READINGS,
+    BestHead,
     attend_corpus,
     best_reading,
     clean_gold,
     demo_pairs,
+    format_grid,
     format_table,
     pick_layer,
     read_sentences,
@@ -38,6 +53,7 @@ from transformer_mt.analysis.report import (
 from transformer_mt.checkpoint import load_model
 from transformer_mt.cli import report_user_errors
 from transformer_mt.errors import UserError
+from transformer_mt.viz.alignment import plot_aer_grid
 
 
 def parse_args() -> argparse.Namespace:
@@ -57,6 +73,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--split", default="test", choices=["train", "valid", "test"])
     parser.add_argument("--limit", type=int, default=500, help="demo pairs to align")
     parser.add_argument("--layer", type=int, help="layer written by --output (1-based)")
+    parser.add_argument(
+        "--head",
+        help="head written by --output: L:H (1-based; negative from the end), L (the layer's "
+        "mean), or best (the best head against the gold)",
+    )
+    parser.add_argument(
+        "--save-dir", type=Path, help="where the head grid goes (default: RUN_DIR/align)"
+    )
     parser.add_argument("--method", default="argmax", choices=["argmax", "intersect"])
     parser.add_argument("--shift", action="store_true", help="--output reads shifted rows")
     parser.add_argument("--output", type=Path, help="write Pharaoh links of one layer here")
@@ -96,18 +120,60 @@ def main() -> None:
     attention = attend_corpus(model, tokenizer, sources, targets)
     rows = score_readings(attention, gold)
     print(format_table(rows))
+    best_head = None
     if gold is not None:
         name, best = best_reading(rows)
-        print(f"best: layer {best.layer} ({name}), AER {best.aer:.3f}")
+        print(f"best layer: {best.layer} ({name}), AER {best.aer:.3f}")
+        best_head = head_grid(attention, gold, save_dir(args), what)
     if args.output is not None:
-        chosen = score_layers(attention, gold, method=args.method, shift=args.shift)
-        layer = pick_layer(chosen, args.layer)
+        how = {"method": args.method, "shift": args.shift}
+        if args.head is not None:
+            n_layers, n_heads = attention[0].shape[:2]
+            if args.head == "best":
+                if best_head is None:
+                    raise UserError(
+                        "--head best needs --gold (the best head is the one with the lowest AER)"
+                    )
+                layer_no, head_no, how = (
+                    best_head.layer,
+                    best_head.head,
+                    READINGS[best_head.reading],
+                )
+            else:
+                layer_no, head_no = parse_head(args.head, n_layers, n_heads)
+            chosen = score_layers(attention, gold, **how, head=head_no)[layer_no - 1]
+        else:
+            chosen = pick_layer(score_layers(attention, gold, **how), args.layer)
         args.output.write_text(
-            "".join(format_pharaoh(ls) + "\n" for ls in layer.links), encoding="utf-8"
+            "".join(format_pharaoh(ls) + "\n" for ls in chosen.links), encoding="utf-8"
         )
-        print(
-            f"wrote {args.output}: layer {layer.layer}, {args.method}{', shift' if args.shift else ''}"
-        )
+        reading = how["method"] + (", shift" if how["shift"] else "")
+        print(f"wrote {args.output}: layer:head {chosen.name}, {reading}")
+
+
+def save_dir(args: argparse.Namespace) -> Path:
+    if args.save_dir is not None:
+        return args.save_dir
+    run = args.run_dir if args.run_dir.is_dir() else args.run_dir.parent
+    return run / "align"
+
+
+def head_grid(attention, gold, folder: Path, what: str) -> BestHead:
+    """Score every head of every layer in each reading; print, draw and record the best reading's grid."""
+    grids = {name: score_heads(attention, gold, **how) for name, how in READINGS.items()}
+    best = BestHead.of(grids)
+    grid = grids[best.reading]
+    print(f"\nAER per head ({best.reading} reading; the last column is the layer's mean):")
+    print(format_grid(grid))
+    print(f"best head: {best.layer}:{best.head} ({best.reading}), AER {best.aer:.3f}")
+    folder.mkdir(parents=True, exist_ok=True)
+    fig = plot_aer_grid(
+        [[s.aer for s in row] for row in grid], f"AER per head, {best.reading}: {what}"
+    )
+    fig.savefig(folder / "aer_heads.png", dpi=120)
+    best.save(folder / "best_head.json", grids, what)
+    print(f"wrote {folder / 'aer_heads.png'} and {folder / 'best_head.json'}")
+    return best
 
 
 if __name__ == "__main__":

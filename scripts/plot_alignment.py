@@ -18,6 +18,7 @@ import argparse
 from pathlib import Path
 
 from transformer_mt.analysis.heatmaps import save_pair_heatmaps
+from transformer_mt.analysis.report import resolve_head
 from transformer_mt.checkpoint import load_model
 from transformer_mt.cli import report_user_errors
 
@@ -37,6 +38,11 @@ def main() -> None:
     parser.add_argument("--layer", type=int, default=-1, help="decoder layer, 1-based or -1 (last)")
     parser.add_argument("--format", nargs="+", default=["png"], choices=["png", "svg", "pdf"])
     parser.add_argument("--out", type=Path, default=Path("alignment"), help="output path stem")
+    parser.add_argument(
+        "--head",
+        help="draw one head instead of the layer's mean: L:H (1-based), or best (recorded by "
+        "scripts/align.py); overrides --layer",
+    )
     parser.add_argument("--no-heads", action="store_true", help="skip the per-head grid")
     parser.add_argument(
         "--average-last", type=int, default=1, help="average the last N checkpoints"
@@ -46,19 +52,26 @@ def main() -> None:
         parser.error("--src is empty")
 
     model, tokenizer, _ = load_model(args.run_dir, average_last=args.average_last)
+    layer, head = args.layer, None
+    if args.head is not None:
+        layer, head, _ = resolve_head(
+            args.head, args.run_dir, model.cfg.n_layers, model.cfg.n_heads
+        )
     drawn = save_pair_heatmaps(
         model,
         tokenizer,
         args.src,
         args.tgt,
         args.out,
-        args.layer,
+        layer,
         tuple(args.format),
         heads=not args.no_heads,
+        head=head,
     )
     print(f"source: {drawn['source']}")
     print(f"{'translation' if drawn['translated'] else 'target'}: {drawn['target']}")
-    print(f"decoder layer {drawn['layer']}, heads averaged; strongest source word per target word:")
+    which = "heads averaged" if drawn["head"] is None else f"head {drawn['head']}"
+    print(f"decoder layer {drawn['layer']}, {which}; strongest source word per target word:")
     for target, source in drawn["strongest"]:
         print(f"  {target:>15} <- {source}")
     for name in drawn["files"]:

@@ -6,7 +6,8 @@
 Empty lines give empty lines, so the output always has as many lines as the input (times
 --n-best, whose lines read ``line ||| translation ||| score``). With --alignments each
 translation is followed by ``||| i-j ...``: source word i aligned to target word j, read from the
-last decoder layer's cross-attention, heads averaged.
+last decoder layer's cross-attention, heads averaged, or from the head ``--head`` names (``L:H``,
+``L``, or ``best``: the one ``scripts/align.py`` found best against a gold set).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 from transformer_mt.analysis.alignment import format_pharaoh, translation_links
+from transformer_mt.analysis.report import resolve_head
 from transformer_mt.checkpoint import load_model
 from transformer_mt.cli import report_user_errors
 from transformer_mt.decoding import DecodeConfig, translate
@@ -65,11 +67,18 @@ def main() -> None:
     parser.add_argument(
         "--alignments", action="store_true", help="append source-target word alignments"
     )
+    parser.add_argument(
+        "--head",
+        default="-1",
+        help="--alignments from L:H (1-based; negative from the end), L (heads averaged), or "
+        "best (recorded by scripts/align.py); default: the last layer, heads averaged",
+    )
     args = parser.parse_args()
     if args.n_best > args.beam:
         parser.error(f"--n-best {args.n_best} cannot exceed --beam {args.beam}")
 
     model, tokenizer, _ = load_model(args.run, average_last=args.average_last)
+    layer, head, shift = resolve_head(args.head, args.run, model.cfg.n_layers, model.cfg.n_heads)
     lines = read_lines(args.input)
     cfg = DecodeConfig(beam_size=args.beam, length_penalty=args.alpha, batch_size=args.batch_size)
     try:
@@ -83,7 +92,9 @@ def main() -> None:
             text = option.text
             if args.alignments and option.tokens:
                 src_ids = tokenizer.encode([source])[0][: model.cfg.max_positions - 1]
-                links = translation_links(model, tokenizer, src_ids, option.tokens)
+                links = translation_links(
+                    model, tokenizer, src_ids, option.tokens, layer, head, shift
+                )
                 text += " ||| " + format_pharaoh(links)
             print(f"{number} ||| {text} ||| {option.score:.4f}" if args.n_best > 1 else text)
 

@@ -217,7 +217,7 @@ def test_the_graca_spanish_english_gold_reads_as_documented() -> None:
     # ES->EN: Spanish words first, as the derived Pharaoh file read with reverse=True
     spanish_first = read_gold(GRACA / "orig" / "alignment", one_indexed=True, reverse=True)
     assert spanish_first == read_gold(GRACA / "gold.pharaoh", reverse=True)
-    for (s, p), e, x in zip(spanish_first, en, es, strict=True):
+    for (_, p), e, x in zip(spanish_first, en, es, strict=True):
         assert all(0 <= i < len(x.split()) and 0 <= j < len(e.split()) for i, j in p)
 
 
@@ -251,3 +251,36 @@ def test_gold_readers_name_the_bad_line(tmp_path) -> None:
     (tmp_path / "b.en").write_text("<s snum=1> a b </s>\nno markup\n")
     with pytest.raises(UserError, match=r"b.en:2: expected '<s snum=N> words </s>'"):
         read_tagged_sentences(tmp_path / "b.en")
+
+
+def test_every_head_is_scored_alone_and_the_mean_last() -> None:
+    from transformer_mt.analysis import score_heads
+
+    # Layer 2 gets a second head that aligns the wrong way round: alone it scores AER 1,
+    # the right head 0, and their mean sits between (its argmax follows the stronger row).
+    pairs = _fixed_attention()
+    wrong = [torch.flip(p[1, 0, :-1, :-1], dims=[-1]) for p in pairs]
+    attention = []
+    for p, w in zip(pairs, wrong):
+        second = p[:, :1].clone()
+        second[1, 0, :-1, :-1] = w
+        attention.append(torch.cat([p, second], dim=1))  # (L=2, H=2, 3, 3)
+    gold = [({(0, 0), (1, 1)}, {(0, 0), (1, 1)}), ({(1, 0), (0, 1)}, {(1, 0), (0, 1)})]
+    grid = score_heads(attention, gold)
+    assert [[s.name for s in row] for row in grid] == [["1:1", "1:2", "1"], ["2:1", "2:2", "2"]]
+    assert grid[1][0].aer == 0.0 and grid[1][1].aer == 1.0
+    assert grid[1][2].aer == score_layers(attention, gold)[1].aer
+    assert grid[0][0].aer == score_layers(attention, gold, head=1)[0].aer == pytest.approx(0.5)
+
+
+def test_a_head_is_named_layer_colon_head_and_checked() -> None:
+    from transformer_mt.analysis import parse_head
+    from transformer_mt.errors import UserError
+
+    assert parse_head("5:3", 6, 8) == (5, 3)
+    assert parse_head("-2:1", 6, 8) == (5, 1)  # the penultimate layer
+    assert parse_head("4", 6, 8) == (4, None)  # the layer's mean
+    with pytest.raises(UserError, match="layers 1..6 and heads 1..8"):
+        parse_head("7:1", 6, 8)
+    with pytest.raises(UserError, match="expected LAYER:HEAD"):
+        parse_head("a:b", 6, 8)

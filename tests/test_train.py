@@ -311,6 +311,11 @@ def test_plot_alignment_cli_writes_png_and_svg(small_run, tmp_path) -> None:
 
 @pytest.mark.slow
 def test_align_cli_scores_files_and_writes_pharaoh(small_run, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
     _, out = small_run
     (tmp_path / "src").write_text("el gato negro\nla casa\n")
     (tmp_path / "tgt").write_text("the black cat\nthe house\n")
@@ -320,9 +325,65 @@ def test_align_cli_scores_files_and_writes_pharaoh(small_run, tmp_path) -> None:
         "align.py", out, *files, "--one-indexed", "--reverse-gold", "--output", tmp_path / "links"
     )
     assert result.returncode == 0, result.stderr
-    assert "argmax AER/P/R" in result.stdout and "best: layer 1" in result.stdout
+    assert "argmax AER/P/R" in result.stdout and "best layer: 1" in result.stdout
     lines = (tmp_path / "links").read_text().splitlines()
     assert [len(line.split()) for line in lines] == [3, 2]  # one link per target word
+    # every head scored: a table, a picture, and the best head recorded for the other scripts
+    assert "AER per head" in result.stdout and "best head: 1:" in result.stdout
+    record = json.loads((out / "align" / "best_head.json").read_text())
+    assert record["layer"] == 1 and set(record["grids"]) == {"argmax", "shift", "intersect"}
+    assert len(record["grids"]["argmax"][0]) == 3  # 2 heads and the mean
+    assert (out / "align" / "aer_heads.png").stat().st_size > 0
+    one = _script(
+        "align.py",
+        out,
+        *files,
+        "--one-indexed",
+        "--reverse-gold",
+        "--head",
+        "1:2",
+        "--output",
+        tmp_path / "head",
+    )
+    assert one.returncode == 0 and "layer:head 1:2" in one.stdout, one.stderr
+    assert [len(line.split()) for line in (tmp_path / "head").read_text().splitlines()] == [3, 2]
+    bad = _script("align.py", out, *files, "--head", "1:9", "--output", tmp_path / "x")
+    assert bad.returncode == 2 and "heads 1..2" in bad.stderr
+    # the recorded best head (of the last scoring run) serves the other scripts
+    record = json.loads((out / "align" / "best_head.json").read_text())
+    best = f"{record['layer']}:{record['head']}" if record["head"] else str(record["layer"])
+    drawn = _script(
+        "plot_alignment.py",
+        out,
+        "--src",
+        "el gato negro",
+        "--head",
+        "best",
+        "--no-heads",
+        "--out",
+        tmp_path / "cat",
+    )
+    assert drawn.returncode == 0, drawn.stderr
+    if record["head"]:
+        assert f"head {record['head']}" in drawn.stdout
+        assert (tmp_path / f"cat_layer1_head{record['head']}.png").exists()
+    translated = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "translate.py"),
+            str(out),
+            "--alignments",
+            "--head",
+            best,
+            "--beam",
+            "1",
+        ],
+        input="el gato negro\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert translated.returncode == 0 and " ||| " in translated.stdout, translated.stderr
     # A gold file with a link outside the sentence is reported, not silently used.
     (tmp_path / "gold").write_text("1-2 2-3 3-9\n1-1 2-2\n")
     result = _script("align.py", out, *files, "--one-indexed")

@@ -77,14 +77,28 @@ def hard_alignment(weights: Tensor, method: str = "argmax") -> Links:
 
 
 def translation_links(
-    model: Transformer, tokenizer, src_ids: list[int], tgt_ids: list[int], layer: int = -1
+    model: Transformer,
+    tokenizer,
+    src_ids: list[int],
+    tgt_ids: list[int],
+    layer: int = -1,
+    head: int | None = None,
+    shift: bool = False,
 ) -> Links:
-    """Word links of a translation (piece ids, no EOS): argmax rows of one layer, heads averaged.
+    """Word links of a translation (piece ids, no EOS): argmax rows of one layer's cross-attention.
+
+    Args:
+        layer: 1-based, or negative from the end.
+        head: one head (1-based), or None for the heads averaged.
+        shift: read target word j from the row where it is the decoder's input (row j + 1).
 
     The EOS row and column are left out, so every link joins two real words.
     """
     words = pair_attention(model, tokenizer, src_ids, tgt_ids).words("cross")  # (L, H, W_t, W_s)
-    return hard_alignment(words[layer].mean(dim=0)[:-1, :-1])
+    index = layer - 1 if layer > 0 else layer
+    picked = words[index] if head is None else words[index, head - 1 : head]
+    rows = picked[:, 1:] if shift else picked[:, :-1]
+    return hard_alignment(rows.mean(dim=0)[:, :-1])
 
 
 def symmetrize(forward: Links, backward: Links, method: str = "grow-diag-final-and") -> Links:
@@ -326,6 +340,12 @@ class LayerScores:
     uniform: float  # mean log(n) over the same rows: the entropy of uniform attention
     entropy_by_tau: dict[float, float]  # the same mean entropy at other softmax temperatures
     uncovered: float  # fraction of source words whose coverage (column sum) is below 0.25
+    head: int | None = None  # 1-based head read alone; None: the heads averaged
+
+    @property
+    def name(self) -> str:
+        """``L:H`` (a head) or ``L`` (the layer's mean), as ``--head`` takes it."""
+        return f"{self.layer}:{self.head}" if self.head is not None else str(self.layer)
 
 
 def score_layers(
@@ -334,6 +354,7 @@ def score_layers(
     method: str = "argmax",
     shift: bool = False,
     temperatures: tuple[float, ...] = (0.5, 2.0),
+    head: int | None = None,
 ) -> list[LayerScores]:
     """Alignments, AER and diagnostics of every decoder layer.
 
@@ -343,6 +364,8 @@ def score_layers(
         method: ``hard_alignment`` method.
         shift: read target word j from the row where it is the decoder's *input* (the next
             row; Chen et al. 2020) instead of the row that produces it.
+        head: align with this head alone (1-based) instead of the heads' mean; the
+            diagnostics (entropy, coverage) are then this head's as well.
     """
     if gold is not None and len(gold) != len(attention):
         raise ValueError(f"{len(gold)} gold lines for {len(attention)} sentence pairs")
@@ -352,8 +375,9 @@ def score_layers(
         links, entropies, uniforms, uncovered, n_src = [], [], [], 0, 0
         by_tau: dict[float, list[Tensor]] = {t: [] for t in temperatures}
         for words in attention:
-            heads = words[layer, :, :-1, :]  # (H, W_tgt, W_src + 1): target words' rows
-            rows = words[layer, :, 1:, :] if shift else heads
+            picked = words[layer] if head is None else words[layer, head - 1 : head]
+            heads = picked[:, :-1, :]  # (H, W_tgt, W_src + 1): target words' rows
+            rows = picked[:, 1:, :] if shift else heads
             mean = rows.mean(dim=0)[:, :-1]  # heads averaged, EOS column dropped
             links.append(hard_alignment(mean, method))
             entropies.append(row_entropy(heads).flatten())
@@ -377,6 +401,45 @@ def score_layers(
                 uniform=float(torch.cat(uniforms).mean()),
                 entropy_by_tau={t: float(torch.cat(v).mean()) for t, v in by_tau.items()},
                 uncovered=uncovered / max(n_src, 1),
+                head=head,
             )
         )
     return scores
+
+
+def score_heads(
+    attention: list[Tensor],
+    gold: list[tuple[Links, Links]] | None = None,
+    method: str = "argmax",
+    shift: bool = False,
+) -> list[list[LayerScores]]:
+    """``score_layers`` for every head alone and for the mean: per layer, H + 1 entries.
+
+    ``grid[l][h]`` is head h + 1 of layer l + 1; ``grid[l][-1]`` the layer's heads averaged.
+    """
+    n_heads = attention[0].size(1) if attention else 0
+    columns = [
+        score_layers(attention, gold, method, shift, head=h) for h in [*range(1, n_heads + 1), None]
+    ]
+    return [list(row) for row in zip(*columns)]
+
+
+def parse_head(text: str, n_layers: int, n_heads: int) -> tuple[int, int | None]:
+    """``"L:H"`` (a head) or ``"L"`` (the layer's mean), 1-based, checked against the model.
+
+    Negative numbers count from the end (``-2:1``: the penultimate layer's first head).
+    """
+    layer_text, _, head_text = text.partition(":")
+    try:
+        layer = int(layer_text)
+        head = int(head_text) if head_text else None
+    except ValueError:
+        raise UserError(f"--head {text!r}: expected LAYER:HEAD or LAYER, e.g. 5:3") from None
+    layer = layer + n_layers + 1 if layer < 0 else layer
+    if head is not None and head < 0:
+        head += n_heads + 1
+    if not 1 <= layer <= n_layers or (head is not None and not 1 <= head <= n_heads):
+        raise UserError(
+            f"--head {text!r}: the model has layers 1..{n_layers} and heads 1..{n_heads}"
+        )
+    return layer, head

@@ -27,6 +27,7 @@ def save_pair_heatmaps(
     layer: int = -1,
     formats: tuple[str, ...] = ("png",),
     heads: bool = True,
+    head: int | None = None,
 ) -> dict:
     """Draw one pair's cross-attention: ``<stem>_layer<N>.<fmt>`` and ``<stem>_heads.<fmt>``.
 
@@ -35,6 +36,7 @@ def save_pair_heatmaps(
         layer: the decoder layer of the heads-averaged heatmap (1-based, or negative from the end).
         formats: file suffixes matplotlib understands, e.g. ``("png", "svg")``.
         heads: also draw the grid of every head of every layer.
+        head: draw this head of ``layer`` (1-based) instead of the heads averaged.
 
     Returns:
         the source, the target drawn (translation or given), the layer, the files written, and
@@ -43,12 +45,18 @@ def save_pair_heatmaps(
     pair = pair_attention(model, tokenizer, src, tgt)
     weights, src_words, tgt_words = pair.words("cross"), pair.src_words, pair.tgt_words
     index = layer_index(layer, weights.size(0))
-    words = weights[index].mean(dim=0)  # heads averaged: (W_tgt, W_src)
-    title = f"decoder layer {index + 1} cross-attention, heads averaged"
+    if head is not None and not 1 <= head <= weights.size(1):
+        raise UserError(f"head {head}: the decoder has heads 1..{weights.size(1)}")
+    if head is None:
+        words = weights[index].mean(dim=0)  # heads averaged: (W_tgt, W_src)
+        title = f"decoder layer {index + 1} cross-attention, heads averaged"
+        name = f"{stem.name}_layer{index + 1}"
+    else:
+        words = weights[index, head - 1]
+        title = f"decoder layer {index + 1}, head {head}: cross-attention"
+        name = f"{stem.name}_layer{index + 1}_head{head}"
     stem.parent.mkdir(parents=True, exist_ok=True)
-    figures = [
-        (f"{stem.name}_layer{index + 1}", plot_alignment(words, src_words, tgt_words, title), 150)
-    ]
+    figures = [(name, plot_alignment(words, src_words, tgt_words, title), 150)]
     if heads:
         figures.append((f"{stem.name}_heads", plot_heads(weights, src_words, tgt_words), 110))
     files = []
@@ -63,6 +71,7 @@ def save_pair_heatmaps(
         "target": tokenizer.decode([pair.tgt_ids])[0],
         "translated": pair.translated,
         "layer": index + 1,
+        "head": head,
         "strongest": [[t, src_words[j]] for t, j in zip(tgt_words, best)],
         "files": files,
     }

@@ -7,6 +7,7 @@ the same one row later ("shift", Chen et al. 2020), and the intersection of both
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from torch import Tensor
@@ -17,6 +18,7 @@ from transformer_mt.analysis.alignment import (
     corpus_attention,
     drop_outside,
     format_pharaoh,
+    parse_head,
     read_pharaoh,
     score_layers,
 )
@@ -125,3 +127,70 @@ def format_table(rows: dict[str, list[LayerScores]]) -> str:
         line += f"  {s.entropy:7.3f}  {s.uniform:6.3f}  {tau[0.5]:9.3f}  {tau[2.0]:8.3f}  {s.uncovered:9.1%}"
         lines.append(line)
     return "\n".join(lines)
+
+
+def format_grid(grid: list[list[LayerScores]]) -> str:
+    """AER per layer (rows) and head (columns), the last column the heads' mean."""
+    n_heads = len(grid[0]) - 1
+    lines = ["layer  " + " ".join(f"{'h' + str(h + 1):>6}" for h in range(n_heads)) + "    mean"]
+    for row in grid:
+        cells = " ".join(f"{s.aer:6.3f}" for s in row[:-1])
+        lines.append(f"{row[0].layer:>5}  {cells}  {row[-1].aer:6.3f}")
+    return "\n".join(lines)
+
+
+@dataclass
+class BestHead:
+    """The head (or layer mean, ``head`` None) and reading with the lowest AER."""
+
+    layer: int
+    head: int | None
+    reading: str
+    aer: float
+
+    @classmethod
+    def of(cls, grids: dict[str, list[list[LayerScores]]]) -> BestHead:
+        name, s = min(
+            ((n, s) for n, grid in grids.items() for row in grid for s in row),
+            key=lambda item: item[1].aer,
+        )
+        return cls(s.layer, s.head, name, s.aer)
+
+    def save(self, path: Path, grids: dict[str, list[list[LayerScores]]], what: str) -> None:
+        record = {
+            **asdict(self),
+            "scored_on": what,
+            "grids": {
+                name: [[round(s.aer, 4) for s in row] for row in grid]
+                for name, grid in grids.items()
+            },
+        }
+        path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, run_dir: Path) -> BestHead:
+        """The head ``scripts/align.py`` recorded for a run (``RUN_DIR/align/best_head.json``)."""
+        run = run_dir if run_dir.is_dir() else run_dir.parent
+        path = run / "align" / "best_head.json"
+        if not path.is_file():
+            raise UserError(
+                f"{path} does not exist: run scripts/align.py {run} --src ... --tgt ... --gold ... "
+                f"first, or name the head as L:H"
+            )
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return cls(record["layer"], record["head"], record["reading"], record["aer"])
+
+
+def resolve_head(
+    text: str, run_dir: Path, n_layers: int, n_heads: int
+) -> tuple[int, int | None, bool]:
+    """``--head`` of the scripts -> (1-based layer, 1-based head or None, shifted reading).
+
+    ``best`` is the head ``scripts/align.py`` recorded for the run, with its reading; ``L:H``
+    and ``L`` are read as written (``parse_head``), unshifted.
+    """
+    if text == "best":
+        best = BestHead.load(run_dir)
+        return best.layer, best.head, READINGS[best.reading]["shift"]
+    layer, head = parse_head(text, n_layers, n_heads)
+    return layer, head, False

@@ -74,3 +74,39 @@ def plot_heads(weights: Tensor, src_words: list[str], tgt_words: list[str]) -> F
             ax.xaxis.tick_top()
     fig.colorbar(image, ax=axes, fraction=0.02, pad=0.01, label="attention weight")
     return fig
+
+
+def plot_aer_grid(aer: list[list[float]], title: str = "") -> Figure:
+    """AER of every decoder layer (rows) and head (columns), the last column the heads' mean.
+
+    Args:
+        aer: (L, H + 1) values in [0, 1], lower is better; the best cell is outlined.
+    """
+    import numpy as np
+    from matplotlib.patches import Rectangle
+
+    grid = np.asarray(aer, dtype=float)
+    n_layers, n_cols = grid.shape
+    fig = Figure(figsize=(1.0 + 0.8 * n_cols, 1.2 + 0.55 * n_layers))
+    ax = fig.subplots()
+    image = ax.imshow(grid, cmap="magma_r", vmin=0.0, vmax=1.0, aspect="auto")
+    for (r, c), value in np.ndenumerate(grid):
+        ax.text(
+            c,
+            r,
+            f"{value:.2f}",
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="white" if value > 0.55 else "black",
+        )
+    best = np.unravel_index(np.argmin(grid), grid.shape)
+    ax.add_patch(Rectangle((best[1] - 0.5, best[0] - 0.5), 1, 1, fill=False, lw=2.5, ec="cyan"))
+    ax.set_xticks(range(n_cols), [str(h + 1) for h in range(n_cols - 1)] + ["mean"])
+    ax.set_yticks(range(n_layers), [str(layer + 1) for layer in range(n_layers)])
+    ax.set_xlabel("head")
+    ax.set_ylabel("decoder layer")
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="AER (lower is better)")
+    ax.set_title(title or "alignment error rate per head", fontsize=10)
+    fig.tight_layout()
+    return fig
