@@ -173,3 +173,23 @@ def test_capture_is_off_by_default(tiny_cfg: TransformerConfig, monkeypatch) -> 
     beam_search(model, src, beam_size=2, max_len_b=5)
     with pytest.raises(AssertionError, match="without being asked"):
         model.attention_maps(src, tgt_in)
+
+
+@pytest.mark.parametrize("layer,head", [(0, 1), (-1, 0)])
+def test_one_cross_attention_head_is_returned_exactly_as_the_slow_path_sees_it(
+    tiny_cfg, layer, head
+) -> None:
+    model = Transformer(tiny_cfg).eval()
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])  # the second sentence padded
+    tgt_in = torch.tensor([[2, 10, 11, 12], [2, 13, 0, 0]])
+    logits, weights = model.forward_with_head(src, tgt_in, layer, head)
+    reference_logits, maps = model.attention_maps(src, tgt_in)
+    torch.testing.assert_close(logits, model(src, tgt_in))
+    real = tgt_in != 0  # pad rows are garbage the loss ignores (causal mask only on this path)
+    torch.testing.assert_close(weights[real], maps.cross[layer][:, head][real])  # (rows, S)
+    assert weights[1, :, 3].abs().max() == 0  # no weight on the pad key
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4))
+    assert reference_logits.shape == logits.shape
+    # and it is differentiable: guided alignment trains through it
+    weights[0, 1, 0].backward()
+    assert model.decoder.layers[layer].cross_attn.qkv.weight.grad.abs().sum() > 0

@@ -21,10 +21,12 @@ from transformer_mt.errors import UserError
 from transformer_mt.model.config import TransformerConfig
 
 __all__ = [
+    "AlignConfig",
     "CheckpointingConfig",
     "DataConfig",
     "DecodeConfig",
     "EvaluateConfig",
+    "GoldSetConfig",
     "OptimConfig",
     "TrainConfig",
     "TrainerConfig",
@@ -63,6 +65,14 @@ class DataConfig:
     # folder, local_files the preset's file names in it per split, as for ``files``.
     local_dir: str | None = None
     local_files: dict[str, list[str]] = field(default_factory=dict)
+    # source=local without valid/test files: per split, N pairs drawn (seeded) from the training
+    # files, e.g. {valid: 1000, test: 1000}; training then loses every pair that shares its
+    # source or target sentence with a held-out one
+    holdout: dict[str, int] = field(default_factory=dict)
+    # Word alignments of the training pairs, for guided alignment (align.guided): a Pharaoh file
+    # (source-target, 0-indexed, one line per training pair), "eflomal" (computed on the training
+    # split and cached; pip install -e ".[align]"), or "builtin" (the demo corpus's own)
+    alignments: str | None = None
     train_subset: int | None = None  # keep N training pairs
     subset_strategy: str = "first"  # "first" N, or a seeded "random" N
     vocab_size: int = 1_000  # joint SentencePiece BPE vocabulary
@@ -97,6 +107,14 @@ class DataConfig:
         if self.subset_strategy not in ("first", "random"):
             raise UserError(
                 f"data.subset_strategy must be 'first' or 'random', got {self.subset_strategy!r}"
+            )
+        unknown = set(self.holdout) - {"valid", "test"}
+        if unknown:
+            raise UserError(f"data.holdout takes valid and test, not {sorted(unknown)}")
+        if self.alignments == "builtin" and self.source != "demo":
+            raise UserError(
+                f"data.alignments=builtin: only the demo corpus has built-in alignments; "
+                f"data={self.name} needs a Pharaoh file or data.alignments=eflomal"
             )
         if self.max_tokens < self.max_len + 2:
             raise UserError(
@@ -188,6 +206,47 @@ class HeatmapConfig:
 
 
 @dataclass
+class GoldSetConfig:
+    """A gold word-alignment set, scored while training (``align.gold.<name>``).
+
+    format: ``graca`` (a folder with ``alignment`` and ``test.<lang>`` in Graca et al.'s
+    markup), ``xlwa`` (an XL-WA TSV file), or ``pharaoh`` (``src``/``tgt`` sentence files and a
+    Pharaoh/NAACL ``path``). ``graca`` and ``xlwa`` are English-first; they are turned round
+    when English is the target (data.tgt_lang).
+    """
+
+    format: str = "pharaoh"
+    path: str = MISSING
+    src: str | None = None  # pharaoh only: source sentences, one per line
+    tgt: str | None = None
+    reverse: bool = False  # pharaoh only: its links are target-source
+    one_indexed: bool = False  # pharaoh only
+
+    def __post_init__(self) -> None:
+        if self.format not in ("graca", "xlwa", "pharaoh"):
+            raise UserError(
+                f"align.gold format must be graca, xlwa or pharaoh, got {self.format!r}"
+            )
+
+
+@dataclass
+class AlignConfig:
+    """Guided alignment (Garg et al. 2019) and alignment scores while training."""
+
+    guided: bool = False  # train one cross-attention head towards data.alignments' word links
+    weight: float = 0.05  # λ, the alignment loss's weight next to the per-token translation loss
+    layer: int = -2  # the supervised head's decoder layer: 1-based, or negative from the end
+    head: int = 1  # 1-based
+    gold: dict[str, GoldSetConfig] = field(default_factory=dict)  # AER at every validation
+
+    def __post_init__(self) -> None:
+        if self.weight < 0:
+            raise UserError(f"align.weight must be >= 0, got {self.weight}")
+        if self.head < 1:
+            raise UserError(f"align.head is 1-based, got {self.head}")
+
+
+@dataclass
 class CheckpointingConfig:
     """Checkpoints written while training: every N minutes and/or N steps, else once per epoch.
 
@@ -219,6 +278,7 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     heatmaps: HeatmapConfig = field(default_factory=HeatmapConfig)
+    align: AlignConfig = field(default_factory=AlignConfig)
     checkpoint: CheckpointingConfig = field(default_factory=CheckpointingConfig)
     seed: int = 1234
     output_dir: str = MISSING  # the run directory (Hydra's)

@@ -16,10 +16,13 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from transformer_mt.analysis.gold import GoldSet, gold_aer
 from transformer_mt.config import DecodeConfig, OptimConfig, TransformerConfig
 from transformer_mt.data.batching import Batch
+from transformer_mt.data.guided import alignment_loss
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.decoding import decode_batch
+from transformer_mt.errors import UserError
 from transformer_mt.loss import label_smoothed_nll
 from transformer_mt.metrics import corpus_bleu
 from transformer_mt.model import Transformer
@@ -42,6 +45,8 @@ class TranslationModule(L.LightningModule):
         compile: bool = False,
         valid_max_sentences: int = 1_000,
         references: dict[str, Sequence[str]] | None = None,
+        guided: dict | None = None,
+        gold_sets: Sequence[GoldSet] = (),
     ) -> None:
         """
         Args:
@@ -51,10 +56,15 @@ class TranslationModule(L.LightningModule):
             valid_max_sentences: validation BLEU decodes the first N validation rows.
             references: {"valid": [...], "test": [...]} target sentences by row, for BLEU;
                 none: BLEU is not computed (the loss and perplexity still are).
+            guided: guided alignment, {"weight": λ, "layer": L, "head": H} (1-based, a
+                negative layer from the end): the loss gains λ x the KL divergence between
+                that cross-attention head and the batch's word links (``data/guided.py``).
+            gold_sets: gold alignments scored at every validation (``valid/aer_<name>``: the
+                guided head's AER, and the best layer's with heads averaged).
         """
         super().__init__()
-        # Plain dicts, so a checkpoint rebuilds the model alone; the references are data.
-        self.save_hyperparameters(ignore=["references"])
+        # Plain dicts, so a checkpoint rebuilds the model alone; references and gold are data.
+        self.save_hyperparameters(ignore=["references", "gold_sets"])
         self.model_cfg = TransformerConfig(**model)
         self.optim_cfg = OptimConfig(**optim)
         self.decode_cfg = DecodeConfig(**decode)
@@ -63,6 +73,19 @@ class TranslationModule(L.LightningModule):
         self.tokenizer = Tokenizer(tokenizer_path) if tokenizer_path else None
         self.valid_max_sentences = valid_max_sentences
         self.references = dict(references or {})
+        self.guided = dict(guided) if guided else None
+        if self.guided is not None:
+            n_layers, n_heads = self.model_cfg.n_layers, self.model_cfg.n_heads
+            layer, head = self.guided["layer"], self.guided["head"]
+            if not (1 <= layer <= n_layers or -n_layers <= layer <= -1) or not (
+                1 <= head <= n_heads
+            ):
+                raise UserError(
+                    f"align.layer={layer} / align.head={head}: the model has decoder layers "
+                    f"1..{n_layers} (or -1..-{n_layers}) and heads 1..{n_heads}"
+                )
+            self.guided["layer"] = layer if layer > 0 else n_layers + layer + 1  # 1-based
+        self.gold_sets = list(gold_sets)
         self.batch_in_flight: Batch | None = None  # for error messages (out of memory)
         self.skipped_steps = 0  # non-finite steps skipped (trainer.on_nonfinite_loss=skip)
         self.validated_at_step: int | None = None  # the step of the last validation
@@ -99,11 +122,32 @@ class TranslationModule(L.LightningModule):
         loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.model_cfg.label_smoothing)
         return loss, nll, batch.n_tgt_tokens
 
+    def _guided_step(self, batch: Batch) -> tuple[Tensor, Tensor, int, Tensor]:
+        """``_step`` plus the alignment loss of the guided head (Garg et al. 2019)."""
+        layer, head = self.guided["layer"] - 1, self.guided["head"] - 1
+        logits, weights = self.model.forward_with_head(batch.src, batch.tgt_in, layer, head)
+        loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.model_cfg.label_smoothing)
+        device = weights.device
+        align = alignment_loss(
+            weights,
+            batch.align_index.to(device, non_blocking=True),
+            batch.align_weight.to(device, non_blocking=True),
+            batch.align_rows,
+        )
+        return loss, nll, batch.n_tgt_tokens, align
+
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor | None:
         self.batch_in_flight = batch
-        loss, nll, n_tokens = self._step(batch)
-        # Per-token mean, so the gradient scale does not depend on how full the batch is.
-        mean = loss / n_tokens
+        if self.guided is not None and batch.align_index is not None:
+            loss, nll, n_tokens, align = self._guided_step(batch)
+            # Per-token mean, so the gradient scale does not depend on how full the batch is;
+            # the alignment term is already a mean over the batch's supervised target pieces.
+            mean = loss / n_tokens + self.guided["weight"] * align
+            # accumulated on the device, read once at the epoch's end (no host read per step)
+            self.log("train/align_kl", align.detach(), on_step=False, on_epoch=True, batch_size=1)
+        else:
+            loss, nll, n_tokens = self._step(batch)
+            mean = loss / n_tokens  # per-token mean, as above
         self._step_lr = self.lr_schedulers().get_last_lr()[0]  # the rate this step trains with
         if not self._guard_on_device:
             return self._host_guarded_step(mean, nll, n_tokens, batch, batch_idx)
@@ -268,7 +312,22 @@ class TranslationModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self._log_bleu("val", "valid")
+        self._log_aer()
         self.validated_at_step = self.global_step
+
+    def _log_aer(self) -> None:
+        """AER on each gold set: the guided head's, and the best layer's (heads averaged)."""
+        if not self.gold_sets or self.tokenizer is None or self.trainer.sanity_checking:
+            return
+        layer = head = None
+        if self.guided is not None:
+            layer, head = self.guided["layer"], self.guided["head"]
+        for gold in self.gold_sets:
+            scores = gold_aer(self.model, self.tokenizer, gold, layer, head)
+            if "head" in scores:
+                self.log(f"val/aer_{gold.name}", scores["head"], prog_bar=True)
+            self.log(f"val/aer_{gold.name}_best_layer", scores["best_layer_aer"])
+            self.log(f"val/aer_{gold.name}_which_layer", scores["best_layer"])
 
     def on_test_epoch_end(self) -> None:
         self._log_bleu("test", "test")

@@ -20,6 +20,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from transformer_mt.analysis.gold import GoldSet, load_gold_set
 from transformer_mt.analysis.heatmaps import save_pair_heatmaps
 from transformer_mt.callbacks import (
     AtomicCheckpointIO,
@@ -36,6 +37,7 @@ from transformer_mt.config import (
 )
 from transformer_mt.data.batching import Batch
 from transformer_mt.datamodule import TranslationDataModule
+from transformer_mt.errors import UserError
 from transformer_mt.lit_module import TranslationModule
 from transformer_mt.metrics import corpus_bleu, corpus_chrf
 from transformer_mt.model import Transformer
@@ -112,6 +114,8 @@ def build_module(
         compile=trainer_cfg.compile,
         valid_max_sentences=cfg.data.valid_max_sentences,
         references={split: list(datamodule.text[split]["tgt"]) for split in ("valid", "test")},
+        guided=guided_settings(cfg),
+        gold_sets=gold_sets(cfg, datamodule.tokenizer),
     )
     n_params = sum(p.numel() for p in module.model.parameters())
     log.info(
@@ -121,6 +125,35 @@ def build_module(
         model_cfg.vocab_size,
     )
     return module
+
+
+def guided_settings(cfg: DictConfig) -> dict | None:
+    """``align.guided``'s head and weight for the module; it needs the data's word links."""
+    align = cfg.align
+    if not align.guided:
+        return None
+    if cfg.data.alignments is None:
+        raise UserError(
+            "align.guided=true needs word alignments of the training pairs: set data.alignments "
+            "to a Pharaoh file, to eflomal, or (demo corpus) to builtin"
+        )
+    return {"weight": align.weight, "layer": align.layer, "head": align.head}
+
+
+def gold_sets(cfg: DictConfig, tokenizer) -> list[GoldSet]:
+    """``align.gold``'s sets in the run's direction, minus pairs the tokenizer cannot fold into words."""
+    sets = []
+    for name, spec in cfg.align.gold.items():
+        gold = load_gold_set(name, spec, cfg.data.src_lang, cfg.data.tgt_lang)
+        gold, dropped = gold.foldable(tokenizer)
+        log.info(
+            "align.gold.%s: %d pairs scored at every validation%s",
+            name,
+            len(gold),
+            f" ({dropped} left out: their pieces do not fold into their words)" if dropped else "",
+        )
+        sets.append(gold)
+    return sets
 
 
 def build_trainer(cfg: DictConfig, out: Path) -> L.Trainer:

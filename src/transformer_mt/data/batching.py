@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Sampler
 
+from transformer_mt.data.guided import supervision
 from transformer_mt.data.tokenizer import BOS_ID, PAD_ID
 
 
@@ -28,6 +29,11 @@ class Batch:
     n_tgt_tokens: int  # real target tokens (EOS included), counted on the CPU: no device sync
     n_src_tokens: int = 0  # real source tokens
     first_rows: tuple[int, ...] = ()  # the first few row numbers, on the host (error messages)
+    # guided alignment (data/guided.py): [sentence, target row, source column] per link, its
+    # weight in its row's target distribution, and the number of supervised rows
+    align_index: Tensor | None = None  # (N, 3)
+    align_weight: Tensor | None = None  # (N,)
+    align_rows: int = 0
 
     def describe(self) -> str:
         """Its shape and first rows in words, for error messages (no device read)."""
@@ -43,12 +49,19 @@ class Batch:
     def pin_memory(self) -> Batch:
         """Page-locked copies of the tensors: ``DataLoader(pin_memory=True)`` calls this on a
         batch type it does not know, and passes the batch through unpinned if it is missing."""
+        guided = {}
+        if self.align_index is not None:
+            guided = {
+                "align_index": self.align_index.pin_memory(),
+                "align_weight": self.align_weight.pin_memory(),
+            }
         return replace(
             self,
             src=self.src.pin_memory(),
             tgt_in=self.tgt_in.pin_memory(),
             tgt_out=self.tgt_out.pin_memory(),
             index=self.index.pin_memory(),
+            **guided,
         )
 
     @property
@@ -86,6 +99,8 @@ class Columns:
     tgt: np.ndarray
     tgt_lens: np.ndarray
     index: np.ndarray  # (B,) row numbers in the split
+    links: np.ndarray | None = None  # guided alignment: flattened [s, t, ...] piece links
+    links_lens: np.ndarray | None = None  # (B,) each sentence's share of ``links``
 
 
 def collate_columns(cols: Columns) -> Batch:
@@ -96,6 +111,10 @@ def collate_columns(cols: Columns) -> Batch:
     tgt_in[:, 0] = BOS_ID
     tgt_in[:, 1:] = tgt_out[:, :-1]
     tgt_in[np.arange(tgt_in.shape[1]) >= cols.tgt_lens[:, None]] = PAD_ID  # where EOS moved to
+    guided = {}
+    if cols.links is not None:
+        index, weight, rows = supervision(cols.links, cols.links_lens)
+        guided = {"align_index": index, "align_weight": weight, "align_rows": rows}
     return Batch(
         src=torch.from_numpy(src),
         tgt_in=torch.from_numpy(tgt_in),
@@ -104,6 +123,7 @@ def collate_columns(cols: Columns) -> Batch:
         n_tgt_tokens=int(cols.tgt_lens.sum()),
         n_src_tokens=int(cols.src_lens.sum()),
         first_rows=tuple(cols.index[:5].tolist()),
+        **guided,
     )
 
 
@@ -118,7 +138,8 @@ def collate(rows: list[dict]) -> Batch:
 
     (src, src_lens), (tgt, tgt_lens) = side("src_ids"), side("tgt_ids")
     index = np.array([int(row["index"]) for row in rows], dtype=np.int64)
-    return collate_columns(Columns(src, src_lens, tgt, tgt_lens, index))
+    links = side("links") if "links" in rows[0] else (None, None)
+    return collate_columns(Columns(src, src_lens, tgt, tgt_lens, index, *links))
 
 
 class _ListColumn:
@@ -183,11 +204,13 @@ class TokenRows(torch.utils.data.Dataset):
         if self._opened is None:
             table = self.ds.data.table  # the whole Arrow table, before any row selection
             index = table.column("index").to_numpy()
+            links = table.column("links") if "links" in table.column_names else None
             self._opened = (
                 _ListColumn(table.column("src_ids")),
                 _ListColumn(table.column("tgt_ids")),
                 index,
                 self._mapping(),
+                None if links is None else _ListColumn(links),
             )
         return self._opened
 
@@ -202,13 +225,14 @@ class TokenRows(torch.utils.data.Dataset):
         return (src, tgt) if mapping is None else (src[mapping], tgt[mapping])
 
     def __getitems__(self, indices: Sequence[int]) -> Columns:
-        src_col, tgt_col, index, mapping = self._open()
+        src_col, tgt_col, index, mapping, links_col = self._open()
         rows = np.asarray(indices, dtype=np.int64)
         if mapping is not None:
             rows = mapping[rows]
         src, src_lens = src_col.gather(rows)
         tgt, tgt_lens = tgt_col.gather(rows)
-        return Columns(src, src_lens, tgt, tgt_lens, index[rows])
+        links = links_col.gather(rows) if links_col is not None else (None, None)
+        return Columns(src, src_lens, tgt, tgt_lens, index[rows], *links)
 
     def __getitem__(self, i: int) -> Columns:
         return self.__getitems__([i])

@@ -17,12 +17,22 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from datasets import Dataset, DatasetDict, Features, List, Value, load_dataset
+import pyarrow.compute as pc
+from datasets import (
+    Dataset,
+    DatasetDict,
+    Features,
+    List,
+    Value,
+    concatenate_datasets,
+    load_dataset,
+)
 from datasets.exceptions import DatasetGenerationError
 from tqdm.auto import tqdm
 
 from transformer_mt.config import DataConfig
 from transformer_mt.data import demo_corpus
+from transformer_mt.data.guided import piece_links, word_starts
 from transformer_mt.data.tokenizer import EOS_ID, Tokenizer
 from transformer_mt.errors import UserError
 
@@ -59,22 +69,136 @@ def load_corpus(cfg: DataConfig) -> DatasetDict:
 
     A training subset (``train_subset``) is taken here, before anything is tokenized.
     """
+    if cfg.holdout and cfg.source != "local":
+        raise UserError(
+            f"data.holdout draws valid/test from local files; data={cfg.name} has its own"
+        )
     if cfg.source == "demo":
         files = demo_files(cfg)
         corpus = load_dataset("json", data_files=files, cache_dir=str(Path(cfg.cache_dir) / "hf"))
     elif cfg.source == "hub" and cfg.local_dir is None:
         corpus = _load_hub(cfg)
     else:
-        corpus = DatasetDict({split: _load_local(cfg, split) for split in SPLITS})
+        corpus = DatasetDict(
+            {split: _load_local(cfg, split) for split in SPLITS if split not in cfg.holdout}
+        )
     for split, ds in corpus.items():
         if len(ds) == 0:
             raise UserError(f"split {split!r} of data={cfg.name} has no pairs; check its source")
+    if cfg.alignments not in (None, "builtin", "eflomal"):  # a file: one line per training line
+        corpus["train"] = _with_alignment_file(corpus["train"], cfg)
+    if cfg.holdout:
+        corpus = _hold_out(corpus["train"], cfg)
     if cfg.train_subset is not None and cfg.train_subset < len(corpus["train"]):
         train = corpus["train"]
         if cfg.subset_strategy == "random":
             train = train.shuffle(seed=cfg.seed)
         corpus["train"] = train.select(range(cfg.train_subset))
+    if cfg.alignments == "eflomal":
+        corpus["train"] = _with_eflomal(corpus["train"], cfg)
     return corpus
+
+
+def _hold_out(train: Dataset, cfg: DataConfig) -> DatasetDict:
+    """valid/test drawn (seeded) from the training pairs; no sentence of theirs stays in train.
+
+    Corpora like Tatoeba repeat a sentence with several translations ("Go." -> "Ve." / "Vete."):
+    a training pair that shares its source or its target with a held-out pair is dropped too,
+    so that the held-out scores are on unseen sentences.
+    """
+    wanted = sum(cfg.holdout.values())
+    if wanted >= len(train):
+        raise UserError(
+            f"data.holdout asks for {wanted} pairs but the training files of data={cfg.name} "
+            f"hold {len(train)}"
+        )
+    order = np.random.default_rng(cfg.seed).permutation(len(train))
+    picked, start = {}, 0
+    for split in ("valid", "test"):
+        n = cfg.holdout.get(split, 0)
+        picked[split], start = np.sort(order[start : start + n]), start + n
+    held = np.concatenate(list(picked.values()))
+    table = train.data.table
+    src, tgt = table.column("src"), table.column("tgt")
+    shared = pc.or_(
+        pc.is_in(src, value_set=pc.take(src, held)), pc.is_in(tgt, value_set=pc.take(tgt, held))
+    )
+    keep = np.flatnonzero(~shared.to_numpy(zero_copy_only=False))
+    log.info(
+        "data.holdout: %s held out of %d training pairs; %d pairs sharing a sentence with them "
+        "left out of training",
+        ", ".join(f"{len(rows)} {split}" for split, rows in picked.items() if len(rows)),
+        len(train),
+        len(train) - len(keep) - len(held),
+    )
+    out = DatasetDict({"train": train.select(keep)})
+    for split in ("valid", "test"):
+        out[split] = train.select(picked[split]) if len(picked[split]) else _load_local(cfg, split)
+    return out
+
+
+def _read_lines(stamp: str):
+    path = Path(json.loads(stamp)[0])
+    with _open_text(path) as f:
+        for number, line in enumerate(f, 1):
+            yield {"alignment": _decode(line, str(path), number).strip()}
+
+
+def _with_alignment_file(train: Dataset, cfg: DataConfig, path: str | None = None) -> Dataset:
+    """The training split with an ``alignment`` column: line n of a Pharaoh file for pair n."""
+    file = Path(path or cfg.alignments).expanduser()
+    if not file.is_file():
+        raise UserError(
+            f"data.alignments={cfg.alignments}: no such file; give a Pharaoh file (source-target, "
+            f"one line per training pair), eflomal, or builtin (demo corpus)"
+        )
+    stamp = json.dumps([str(file.resolve()), file.stat().st_size, file.stat().st_mtime_ns])
+    links = Dataset.from_generator(
+        _read_lines,
+        gen_kwargs={"stamp": stamp},
+        cache_dir=str(Path(cfg.cache_dir) / "hf"),
+        features=Features({"alignment": Value("string")}),
+    )
+    if len(links) != len(train):
+        raise UserError(
+            f"data.alignments: {file} has {len(links)} lines but the training split of "
+            f"data={cfg.name} has {len(train)} pairs; it needs one line per pair, in order"
+        )
+    return concatenate_datasets([train, links], axis=1)
+
+
+def _with_eflomal(train: Dataset, cfg: DataConfig) -> Dataset:
+    """Word alignments by eflomal (both directions, grow-diag-final-and), cached per training split."""
+    folder = Path(cfg.cache_dir) / "alignments"
+    path = folder / f"eflomal_gdfa_{train._fingerprint}.pharaoh"
+    if not path.exists():
+        try:
+            import eflomal
+        except ImportError:
+            raise UserError(
+                'data.alignments=eflomal needs the eflomal aligner: pip install -e ".[align]"'
+            ) from None
+        from transformer_mt.analysis.alignment import format_pharaoh, symmetrize
+
+        folder.mkdir(parents=True, exist_ok=True)
+        src = [" ".join(s.lower().split()) for s in train["src"]]
+        tgt = [" ".join(t.lower().split()) for t in train["tgt"]]
+        log.info("aligning %d training pairs with eflomal (cached in %s)", len(src), path)
+        fwd, rev = path.with_suffix(".fwd"), path.with_suffix(".rev")
+        eflomal.Aligner().align(src, tgt, links_filename_fwd=str(fwd), links_filename_rev=str(rev))
+        tmp = path.with_suffix(".tmp")
+        with open(fwd) as f, open(rev) as r, open(tmp, "w") as out:
+            for forward, backward in zip(f, r, strict=True):
+                links = symmetrize(_pharaoh_links(forward), _pharaoh_links(backward))
+                out.write(format_pharaoh(links) + "\n")
+        tmp.replace(path)
+        fwd.unlink()
+        rev.unlink()
+    return _with_alignment_file(train, cfg, str(path))
+
+
+def _pharaoh_links(line: str) -> set[tuple[int, int]]:
+    return {(int(i), int(j)) for i, _, j in (t.partition("-") for t in line.split())}
 
 
 def _load_hub(cfg: DataConfig) -> DatasetDict:
@@ -252,18 +376,35 @@ TOKENIZED = Features(
     }
 )
 
+TOKENIZED_WITH_LINKS = Features({**TOKENIZED, "links": List(Value("int32"))})
+
 
 @lru_cache(maxsize=4)
 def _processor(model_path: str) -> Tokenizer:
     return Tokenizer(model_path)
 
 
-def _encode_batch(batch: dict[str, list], indices: list[int], model_path: str) -> dict[str, list]:
+@lru_cache(maxsize=4)
+def _word_starts(model_path: str):
+    return word_starts(_processor(model_path).sp)
+
+
+def _encode_batch(
+    batch: dict[str, list], indices: list[int], model_path: str, links: bool = False
+) -> dict[str, list]:
     tok = _processor(model_path)
     out: dict[str, list] = {"index": indices}
     for side in ("src", "tgt"):
         ids = [seq + [EOS_ID] for seq in tok.encode(batch[side])]
         out[f"{side}_ids"], out[f"{side}_len"] = ids, [len(s) for s in ids]
+    if links:  # word links -> piece links; [] where they do not map (the pair goes unsupervised)
+        starts = _word_starts(model_path)
+        out["links"] = [
+            piece_links(s, t, _pharaoh_links(a), len(x.split()), len(y.split()), starts) or []
+            for s, t, a, x, y in zip(
+                out["src_ids"], out["tgt_ids"], batch["alignment"], batch["src"], batch["tgt"]
+            )
+        ]
     return out
 
 
@@ -297,16 +438,30 @@ def tokenize(corpus: DatasetDict, tokenizer: Tokenizer, cfg: DataConfig) -> Data
     """
     out = DatasetDict()
     for split, ds in corpus.items():
+        links = split == "train" and cfg.alignments is not None
+        if links and "alignment" not in ds.column_names:
+            raise UserError(
+                f"data.alignments={cfg.alignments}: the training split of data={cfg.name} "
+                f"has no alignment column"
+            )
         ds = ds.map(
             _encode_batch,
             batched=True,
             with_indices=True,
-            fn_kwargs={"model_path": str(tokenizer.path)},
+            fn_kwargs={"model_path": str(tokenizer.path), "links": links},
             num_proc=_procs(cfg, ds),
             remove_columns=ds.column_names,  # the text stays in the corpus's own cache
-            features=TOKENIZED,
+            features=TOKENIZED_WITH_LINKS if links else TOKENIZED,
             desc=f"tokenizing {split}",
         )
+        if links:
+            lengths = pc.list_value_length(ds.data.table.column("links"))
+            log.info(
+                "guided alignment: %d of %d training pairs have piece links (the others have "
+                "no word link, or pieces that do not fold back into their words)",
+                pc.sum(pc.greater(lengths, 0)).as_py() or 0,
+                len(ds),
+            )
         read, reasons = len(ds), []
         if split == "train":
             ds, reasons = _drop_unusable(ds, cfg.max_len)

@@ -101,6 +101,7 @@ class MultiHeadAttention(nn.Module):
         cache: LayerCache | None = None,
         need_weights: bool = False,
         causal: bool = False,
+        head: int | None = None,
     ) -> tuple[Tensor, LayerCache, Tensor | None]:
         """Attend from ``x`` to itself (self-attention) or to the encoder output (cross).
 
@@ -113,10 +114,13 @@ class MultiHeadAttention(nn.Module):
             need_weights: also return the per-head weights.
             causal: query t sees keys <= t only (instead of ``mask``): the fused kernel then
                 skips the masked half rather than reading a (T, T) mask.
+            head: return this head's weights only (0-based), as (B, 1, Tq, Tk), while the
+                output still comes from the fused kernel: what guided alignment trains
+                (one extra (Tq, Tk) product per sentence, not the slow path for all heads).
 
         Returns:
             output (B, Tq, D); the K/V to pass as ``cache`` next step; weights
-            (B, H, Tq, Tk) or None.
+            (B, H, Tq, Tk), (B, 1, Tq, Tk) with ``head``, or None.
         """
         # 1) Project from D to H heads of Dh.
         if self.cross:
@@ -142,6 +146,14 @@ class MultiHeadAttention(nn.Module):
                 q, kv.keys, kv.values, attn_mask=mask, dropout_p=p, is_causal=causal
             )
             weights = None
+            if head is not None:
+                one = slice(head, head + 1)
+                head_mask = causal_mask(q.size(2), q.device) if causal else mask
+                if head_mask is not None and head_mask.dim() == 4 and head_mask.size(1) > 1:
+                    head_mask = head_mask[:, one]
+                _, weights = scaled_dot_product_attention(
+                    q[:, one], kv.keys[:, one], kv.values[:, one], head_mask
+                )  # (B, 1, Tq, Tk)
         # 3) "Concat" the heads and apply W^O.
         B, _, Tq, _ = y.shape
         y = y.transpose(1, 2).reshape(B, Tq, self.d_model)  # (B, Tq, D)

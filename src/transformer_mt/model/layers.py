@@ -102,7 +102,8 @@ class DecoderLayer(nn.Module):
         self_cache: LayerCache | None = None,
         cross_cache: LayerCache | None = None,
         need_weights: bool = False,
-    ) -> tuple[Tensor, LayerCache, LayerCache, tuple[Tensor, Tensor] | None]:
+        cross_head: int | None = None,
+    ) -> tuple[Tensor, LayerCache, LayerCache, tuple[Tensor | None, Tensor] | None]:
         """One decoder layer, for a whole target (training) or new positions (decoding).
 
         Args:
@@ -114,6 +115,8 @@ class DecoderLayer(nn.Module):
             memory_mask: (B, 1, 1, S) source padding mask.
             self_cache, cross_cache: K/V from earlier steps (see ``MultiHeadAttention``).
             need_weights: also return the attention weights (slower reference path).
+            cross_head: return this cross-attention head's weights only (0-based, as
+                (B, 1, T, S); self-attention's are then None), the rest on the fast path.
 
         Returns:
             states (B, T, D), the self- and cross-attention K/V, and None or the weights
@@ -135,9 +138,10 @@ class DecoderLayer(nn.Module):
             memory=memory,
             cache=cross_cache,
             need_weights=need_weights,
+            head=cross_head,
         )
         x = self.norm_cross.exit(x, y)
         # 3) Position-wise feed-forward.
         x = self.norm_ffn.exit(x, self.ffn(self.norm_ffn.enter(x)))
-        weights = (self_weights, cross_weights) if need_weights else None
+        weights = (self_weights, cross_weights) if cross_weights is not None else None
         return x, self_kv, cross_kv, weights

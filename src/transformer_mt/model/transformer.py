@@ -97,8 +97,13 @@ class Decoder(nn.Module):
         self_mask: Tensor | None,
         cache: DecoderCache | None = None,
         need_weights: bool = False,
+        cross_head: tuple[int, int] | None = None,
     ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """Decoder states for ``tgt_in`` (B, T), updating ``cache`` in place when one is given.
+
+        Args:
+            cross_head: (layer, head), 0-based: that one cross-attention head's weights are
+                returned (as the only cross entry, (B, 1, T, S)), everything else fast.
 
         Returns:
             states (B, T, D); with ``need_weights`` the self-attention weights per layer, each
@@ -112,13 +117,15 @@ class Decoder(nn.Module):
         for i, layer in enumerate(self.layers):
             self_cache = cache.self_attn[i] if cache is not None else None
             cross_cache = cache.cross_attn[i] if cache is not None else None
+            probe = cross_head[1] if cross_head is not None and cross_head[0] == i else None
             x, self_kv, _, w = layer(
-                x, memory, self_mask, attn_mask, self_cache, cross_cache, need_weights
+                x, memory, self_mask, attn_mask, self_cache, cross_cache, need_weights, probe
             )
             if cache is not None:
                 cache.self_attn[i] = self_kv
             if w is not None:
-                self_weights.append(w[0])
+                if w[0] is not None:
+                    self_weights.append(w[0])
                 cross_weights.append(w[1])
         if cache is not None:
             cache.offset += tgt_in.size(1)
@@ -210,6 +217,23 @@ class Transformer(nn.Module):
             tgt_in, memory, src_mask, self_mask, need_weights=True
         )
         return self.generator(states), AttentionMaps(encoder, decoder, cross)
+
+    def forward_with_head(
+        self, src: Tensor, tgt_in: Tensor, layer: int, head: int
+    ) -> tuple[Tensor, Tensor]:
+        """``forward`` that also returns one cross-attention head's weights (guided alignment).
+
+        Args:
+            layer, head: 0-based (a negative layer counts from the end).
+
+        Returns:
+            logits (B, T, V) and the head's weights (B, T, S), rows summing to 1 over real
+            source positions (pad keys get zero).
+        """
+        layer = layer % self.cfg.n_layers
+        memory, src_mask = self.encode(src)
+        states, _, cross = self.decoder(tgt_in, memory, src_mask, None, cross_head=(layer, head))
+        return self.generator(states), cross[0][:, 0]
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """src (B, S), tgt_in (B, T) -> logits (B, T, V); softmax is left to the loss."""

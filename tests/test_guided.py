@@ -1,0 +1,184 @@
+"""Guided alignment: word links -> piece links -> per-row targets -> a loss one head learns from."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from transformer_mt import Transformer, TransformerConfig
+from transformer_mt.analysis import hard_alignment
+from transformer_mt.analysis.alignment import alignment_error_rate
+from transformer_mt.data.batching import collate
+from transformer_mt.data.guided import alignment_loss, piece_links, piece_words, supervision
+from transformer_mt.data.tokenizer import EOS_ID
+from transformer_mt.loss import label_smoothed_nll
+
+# A hand-made vocabulary: ids 0-3 special, then pieces; True where a piece begins a word (▁).
+PIECES = [
+    "<pad>",
+    "<unk>",
+    "<s>",
+    "</s>",
+    "▁el",
+    "▁ga",
+    "to",
+    "▁negro",
+    "▁the",
+    "▁black",
+    "▁c",
+    "at",
+]
+STARTS = np.array([p.startswith("▁") for p in PIECES])
+
+
+def test_word_links_become_links_between_all_their_pieces() -> None:
+    src = [4, 5, 6, 7, EOS_ID]  # ▁el ▁ga to ▁negro </s>: "el gato negro"
+    tgt = [8, 9, 10, 11, EOS_ID]  # ▁the ▁black ▁c at </s>: "the black cat"
+    assert piece_words(src, STARTS).tolist() == [0, 1, 1, 2, -1]
+    flat = piece_links(src, tgt, {(0, 0), (1, 2), (2, 1)}, 3, 3, STARTS)
+    pairs = sorted(zip(flat[::2], flat[1::2]))
+    # el-the; gato (pieces 1, 2) - cat (pieces 2, 3); negro-black
+    assert pairs == [(0, 0), (1, 2), (1, 3), (2, 2), (2, 3), (3, 1)]
+    # pieces that do not fold into the text's words, or a link outside the pair: no supervision
+    assert piece_links(src, tgt, {(0, 0)}, 4, 3, STARTS) is None
+    assert piece_links(src, tgt, {(5, 0)}, 3, 3, STARTS) is None
+
+
+def test_each_supervised_row_is_a_distribution_over_its_linked_source_pieces() -> None:
+    flat = np.array([0, 0, 1, 2, 2, 2, 3, 1, 0, 1], dtype=np.int32)  # sentence 0: 4 links, 1: 1
+    index, weight, rows = supervision(flat, np.array([8, 2]))
+    assert index.tolist() == [[0, 0, 0], [0, 2, 1], [0, 2, 2], [0, 1, 3], [1, 1, 0]]
+    assert weight.tolist() == [1.0, 0.5, 0.5, 1.0, 1.0] and rows == 4
+
+
+def test_the_loss_is_zero_for_the_target_distribution_and_positive_otherwise() -> None:
+    index, weight, rows = supervision(np.array([0, 0, 1, 1, 2, 1]), np.array([6]))
+    target = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 0.5, 0.5]]])  # (B=1, T=2, S=3)
+    assert alignment_loss(target, index, weight, rows).item() == pytest.approx(0.0, abs=1e-7)
+    uniform = torch.full((1, 2, 3), 1 / 3)
+    expected = (np.log(3) + np.log(3 / 2)) / 2  # KL per row, averaged over the two rows
+    assert alignment_loss(uniform, index, weight, rows).item() == pytest.approx(expected, rel=1e-5)
+    # no supervised row: zero, still attached to the graph
+    empty = alignment_loss(uniform.requires_grad_(), *supervision(np.zeros(0), np.array([0])))
+    assert empty.item() == 0.0 and empty.requires_grad
+
+
+PAIRS = [  # Spanish -> English, adjective after the noun: the links cross
+    ("el gato negro", "the black cat", {(0, 0), (1, 2), (2, 1)}),
+    ("la casa blanca", "the white house", {(0, 0), (1, 2), (2, 1)}),
+    ("un perro grande", "a big dog", {(0, 0), (1, 2), (2, 1)}),
+    ("el perro duerme", "the dog sleeps", {(0, 0), (1, 1), (2, 2)}),
+    ("la casa grande", "the big house", {(0, 0), (1, 2), (2, 1)}),
+    ("un gato duerme", "a cat sleeps", {(0, 0), (1, 1), (2, 2)}),
+]
+
+
+@pytest.mark.slow  # a few hundred training steps of a tiny model
+def test_a_tiny_model_learns_the_given_alignment_in_its_guided_head() -> None:
+    torch.manual_seed(0)
+    words = sorted({w for s, t, _ in PAIRS for w in f"{s} {t}".split()})
+    ids = {w: i + 4 for i, w in enumerate(words)}
+    starts = np.array([False] * 4 + [True] * len(words))  # one piece per word
+    rows = []
+    for n, (s, t, links) in enumerate(PAIRS):
+        src = [ids[w] for w in s.split()] + [EOS_ID]
+        tgt = [ids[w] for w in t.split()] + [EOS_ID]
+        flat = piece_links(src, tgt, links, 3, 3, starts)
+        rows.append({"src_ids": src, "tgt_ids": tgt, "index": n, "links": flat})
+    batch = collate(rows)
+    cfg = TransformerConfig(
+        n_layers=2,
+        d_model=32,
+        d_ff=64,
+        n_heads=4,
+        dropout=0.0,
+        vocab_size=len(ids) + 4,
+        max_positions=16,
+    )
+    model = Transformer(cfg)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    layer, head = 0, 1  # the penultimate layer of two, its second head
+    for _ in range(300):
+        logits, weights = model.forward_with_head(batch.src, batch.tgt_in, layer, head)
+        loss, _ = label_smoothed_nll(logits, batch.tgt_out, epsilon=0.0)
+        align = alignment_loss(weights, batch.align_index, batch.align_weight, batch.align_rows)
+        total = loss / batch.n_tgt_tokens + 0.5 * align
+        optimizer.zero_grad()
+        total.backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        _, weights = model.forward_with_head(batch.src, batch.tgt_in, layer, head)
+    predicted = {
+        (n, i, j)
+        for n in range(len(PAIRS))
+        for i, j in hard_alignment(weights[n, :3, :3])  # the 3 words' rows and columns
+    }
+    gold = {(n, i, j) for n, (_, _, links) in enumerate(PAIRS) for i, j in links}
+    assert alignment_error_rate(predicted, gold) == 0.0
+    assert align.item() < 0.05
+
+
+def test_guided_training_needs_word_links_and_a_real_head(compose_cfg) -> None:
+    from transformer_mt.errors import UserError
+    from transformer_mt.lit_module import TranslationModule
+    from transformer_mt.train import guided_settings
+
+    with pytest.raises(UserError, match="align.guided=true needs word alignments"):
+        guided_settings(compose_cfg("align.guided=true"))
+    settings = guided_settings(compose_cfg("align.guided=true", "data.alignments=builtin"))
+    assert settings == {"weight": 0.05, "layer": -2, "head": 1}
+    cfg = TransformerConfig(n_layers=2, d_model=16, d_ff=32, n_heads=2, vocab_size=20)
+    from dataclasses import asdict
+
+    from transformer_mt.config import DecodeConfig, OptimConfig
+
+    args = (asdict(cfg), asdict(OptimConfig()), asdict(DecodeConfig()))
+    assert TranslationModule(*args, guided=settings).guided["layer"] == 1  # -2 of 2 layers
+    with pytest.raises(UserError, match="heads 1..2"):
+        TranslationModule(*args, guided={**settings, "head": 3})
+    from omegaconf import OmegaConf
+
+    local = compose_cfg(
+        "data=local", "data.alignments=builtin", "data.src_lang=es", "data.tgt_lang=en"
+    )
+    with pytest.raises(UserError, match="only the demo corpus has built-in alignments"):
+        OmegaConf.to_object(local.data)  # the dataclass's checks run when it is built
+
+
+def test_the_demo_corpus_links_reach_the_batches_in_pieces(tmp_path) -> None:
+    from transformer_mt.analysis import read_pharaoh
+    from transformer_mt.config import DataConfig
+    from transformer_mt.data.guided import word_starts
+    from transformer_mt.datamodule import TranslationDataModule
+
+    cfg = DataConfig(
+        name="demo_es_en",
+        train_size=400,
+        valid_size=20,
+        test_size=20,
+        vocab_size=300,
+        cache_dir=str(tmp_path),
+        alignments="builtin",
+        max_tokens=512,
+    )
+    data = TranslationDataModule(cfg)
+    data.setup("fit")
+    starts = word_starts(data.tokenizer.sp)
+    batch = next(iter(data.train_dataloader()))
+    assert batch.align_index is not None and batch.align_rows > 0
+    text = data.text["train"]
+    for b in range(batch.src.size(0)):
+        row = text[int(batch.index[b])]
+        links = batch.align_index[batch.align_index[:, 0] == b]
+        src_words = piece_words(batch.src[b][batch.src[b] != 0].tolist(), starts)
+        tgt_words = piece_words(batch.tgt_out[b][batch.tgt_out[b] != 0].tolist(), starts)
+        words = {(int(src_words[s]), int(tgt_words[t])) for _, t, s in links.tolist()}
+        assert words == read_pharaoh(row["alignment"])[0]  # every word link, and only those
+    # each supervised row is a distribution
+    sums = torch.zeros(batch.src.size(0), batch.tgt_out.size(1))
+    sums.index_put_(
+        (batch.align_index[:, 0], batch.align_index[:, 1]), batch.align_weight, accumulate=True
+    )
+    assert torch.allclose(sums[sums > 0], torch.ones(batch.align_rows))
