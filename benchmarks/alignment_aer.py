@@ -1,42 +1,42 @@
-"""AER of a trained model's cross-attention next to a classical aligner (eflomal), same data.
+"""AER of trained models' cross-attention next to eflomal, on the same text, in one run.
 
-    pip install eflomal   # compiles a small C extension; not a dependency of the package
-    python benchmarks/alignment_aer.py RUN_DIR \
-        --src test.en --tgt test.de --gold de-en.wa --reverse-gold \
-        --train-src train.en.gz --train-tgt train.de.gz
+    export TRANSFORMER_MT_DATA=/path/to/data      # the folder of the gold sets (see docs/attention.md)
+    python benchmarks/alignment_aer.py --run guided=RUN_A --run plain=RUN_B --gold graca xlwa
+    python benchmarks/alignment_aer.py --run deen=RUN --gold-files test.de test.en gold.wa \
+        --one-indexed --reverse-gold                # any other gold set, as files
 
-eflomal is unsupervised: it aligns the test pairs together with the ``--train-*`` corpus
-(give it the corpus the model was trained on, so both saw the same text), lowercased, since
-it works on word types. Its two directions are reported and their grow-diag-final-and
-symmetrization, the usual way it is used. The model's figure is the best decoder layer of
-``scripts/align.py`` (heads averaged), and all of its layers are printed.
+For every gold set: eflomal in both directions and their grow-diag-final-and symmetrization,
+given the first run's training pairs plus the gold pairs' sentences (without their links), as
+an unsupervised aligner is evaluated (lowercased: it works on word types); then for every run:
+its best head over every layer x head (argmax and shift readings), its best layer with heads
+averaged, the shift reading of that layer, and (a run trained with ``align.guided``) the guided
+head. AER is lower-better; P and R are precision against possible links and recall of sure ones.
+``pip install -e ".[align]"`` for eflomal.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
-import sys
+import os
+import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import yaml
 from machine import describe  # benchmarks/machine.py
 
-from transformer_mt.analysis import (
-    corpus_attention,
-    corpus_scores,
-    drop_outside,
-    read_gold,
-    score_layers,
-    symmetrize,
-)
-from transformer_mt.checkpoint import load_model
+from transformer_mt.analysis import corpus_attention, corpus_scores, score_heads, symmetrize
+from transformer_mt.analysis.gold import GoldSet, load_gold_set
+from transformer_mt.analysis.report import READINGS
+from transformer_mt.checkpoint import load_model, run_data_config
+from transformer_mt.data.dataset import load_corpus
 
-
-def read_corpus(path: Path, limit: int) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.strip() for _, line in zip(range(limit), f)]
+GOLD_SETS = {  # name -> (format, path under $TRANSFORMER_MT_DATA)
+    "graca": ("graca", "word_alignment_gold_esen_graca/orig"),
+    "xlwa": ("xlwa", "word_alignment_gold_esen_xlwa/orig/test.tsv"),
+    "xlwa_dev": ("xlwa", "word_alignment_gold_esen_xlwa/orig/dev.tsv"),
+}
 
 
 def read_links(path: str) -> list[set[tuple[int, int]]]:
@@ -44,92 +44,120 @@ def read_links(path: str) -> list[set[tuple[int, int]]]:
     return [{tuple(map(int, t.split("-"))) for t in line.split()} for line in lines]
 
 
-def run_eflomal(sources, targets, train_src, train_tgt):
+def run_eflomal(gold: GoldSet, train_src: list[str], train_tgt: list[str]):
     try:
         import eflomal
     except ImportError:
-        raise SystemExit("eflomal is not installed: pip install eflomal") from None
-    import tempfile
-
-    src = [s.lower().split() for s in sources + train_src]
-    tgt = [t.lower().split() for t in targets + train_tgt]
+        raise SystemExit('eflomal is not installed: pip install -e ".[align]"') from None
+    src = [" ".join(s.lower().split()) for s in gold.sources + train_src]
+    tgt = [" ".join(t.lower().split()) for t in gold.targets + train_tgt]
     with tempfile.TemporaryDirectory() as tmp:
         fwd, rev = f"{tmp}/fwd", f"{tmp}/rev"
         started = time.perf_counter()
-        eflomal.Aligner().align(
-            [" ".join(s) for s in src],
-            [" ".join(t) for t in tgt],
-            links_filename_fwd=fwd,
-            links_filename_rev=rev,
-        )
+        eflomal.Aligner().align(src, tgt, links_filename_fwd=fwd, links_filename_rev=rev)
         seconds = time.perf_counter() - started
-        n = len(sources)
-        forward, backward = read_links(fwd)[:n], read_links(rev)[:n]
-    return forward, backward, seconds
+        n = len(gold)
+        return read_links(fwd)[:n], read_links(rev)[:n], seconds
+
+
+def guided_head(run: Path) -> tuple[int, int] | None:
+    """(layer, head), 1-based, of a run trained with align.guided; None otherwise."""
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    align = cfg.get("align") or {}
+    if not align.get("guided"):
+        return None
+    layer = align["layer"]
+    return (layer if layer > 0 else cfg["model"]["n_layers"] + layer + 1), align["head"]
+
+
+def score_run(name: str, run: Path, gold: GoldSet) -> list[tuple[str, tuple[float, float, float]]]:
+    model, tokenizer, _ = load_model(run)
+    usable, dropped = gold.foldable(tokenizer)
+    if dropped:
+        raise SystemExit(f"{name}: {dropped} pairs of {gold.name} do not fold into words")
+    attention = corpus_attention(model, tokenizer, gold.sources, gold.targets)
+    grids = {reading: score_heads(attention, gold.gold, **how) for reading, how in READINGS.items()}
+    rows = []
+    heads = [(r, s) for r in ("argmax", "shift") for row in grids[r] for s in row[:-1]]
+    reading, best = min(heads, key=lambda item: item[1].aer)
+    rows.append(
+        (f"{name}: best head {best.name} ({reading})", (best.aer, best.precision, best.recall))
+    )
+    means = [row[-1] for row in grids["argmax"]]
+    layer = min(means, key=lambda s: s.aer)
+    rows.append(
+        (
+            f"{name}: best layer {layer.layer}, heads averaged",
+            (layer.aer, layer.precision, layer.recall),
+        )
+    )
+    shift = grids["shift"][layer.layer - 1][-1]
+    rows.append(
+        (f"{name}: layer {layer.layer} averaged, shift", (shift.aer, shift.precision, shift.recall))
+    )
+    guided = guided_head(run)
+    if guided is not None:
+        s = grids["argmax"][guided[0] - 1][guided[1] - 1]
+        rows.append((f"{name}: guided head {s.name}", (s.aer, s.precision, s.recall)))
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--src", type=Path, required=True)
-    parser.add_argument("--tgt", type=Path, required=True)
-    parser.add_argument("--gold", type=Path, required=True)
+    parser.add_argument("--run", action="append", required=True, help="NAME=RUN_DIR (repeatable)")
+    parser.add_argument("--gold", nargs="*", default=[], choices=sorted(GOLD_SETS))
+    parser.add_argument("--gold-files", nargs=3, metavar=("SRC", "TGT", "LINKS"))
     parser.add_argument("--one-indexed", action="store_true")
     parser.add_argument("--reverse-gold", action="store_true")
-    parser.add_argument("--train-src", type=Path)
-    parser.add_argument("--train-tgt", type=Path)
-    parser.add_argument("--train-limit", type=int, default=1_000_000)
-    parser.add_argument("--average-last", type=int, default=1)
+    parser.add_argument("--data-dir", type=Path, default=os.environ.get("TRANSFORMER_MT_DATA"))
+    parser.add_argument("--train-limit", type=int, default=1_000_000, help="eflomal's extra pairs")
     args = parser.parse_args()
+    runs = [(n, Path(d)) for n, _, d in (r.partition("=") for r in args.run)]
     print(describe())
-
-    sources = args.src.read_text(encoding="utf-8").splitlines()
-    targets = args.tgt.read_text(encoding="utf-8").splitlines()
-    gold, dropped = drop_outside(
-        read_gold(args.gold, args.one_indexed, args.reverse_gold), sources, targets
-    )
-    for n, bad in dropped.items():
-        print(
-            f"gold sentence {n}: links {sorted(bad)} outside the sentence, left out",
-            file=sys.stderr,
-        )
-    train_src = read_corpus(args.train_src, args.train_limit) if args.train_src else []
-    train_tgt = read_corpus(args.train_tgt, args.train_limit) if args.train_tgt else []
-
-    model, tokenizer, checkpoints = load_model(args.run_dir, average_last=args.average_last)
-    started = time.perf_counter()
-    attention = corpus_attention(model, tokenizer, sources, targets)
-    rows = {
-        "argmax": score_layers(attention, gold),
-        "shift": score_layers(attention, gold, shift=True),
-        "intersect": score_layers(attention, gold, method="intersect"),
-    }
-    model_seconds = time.perf_counter() - started
-    forward, backward, eflomal_seconds = run_eflomal(sources, targets, train_src, train_tgt)
-
-    print(f"{len(sources)} pairs of {args.src.name} / {args.tgt.name}, gold {args.gold.name}")
-    print(
-        f"model: {args.run_dir} ({len(checkpoints)} checkpoint(s) averaged), {model_seconds:.1f} s"
-    )
-    print(f"eflomal: {len(train_src)} extra training pairs, {eflomal_seconds:.1f} s\n")
-    print("aligner                                   AER     P      R")
-    for name, layers in rows.items():
-        for s in layers:
-            print(
-                f"model layer {s.layer} {name:<28}  {s.aer:.3f}  {s.precision:.3f}  {s.recall:.3f}"
+    data = run_data_config(runs[0][1])
+    train = load_corpus(data)["train"]
+    limit = min(args.train_limit, len(train))
+    train_src, train_tgt = train["src"][:limit], train["tgt"][:limit]
+    sets = []
+    for name in args.gold:
+        if args.data_dir is None:
+            raise SystemExit(
+                "--gold needs --data-dir or TRANSFORMER_MT_DATA (the gold folders' parent)"
             )
-    symmetric = [symmetrize(f, b) for f, b in zip(forward, backward)]
-    for name, links in (
-        ("eflomal source->target", forward),
-        ("eflomal target->source", backward),
-        ("eflomal grow-diag-final-and", symmetric),
-    ):
-        aer, p, r = corpus_scores(links, gold)
-        print(f"{name:<41} {aer:.3f}  {p:.3f}  {r:.3f}")
-    best = min((s for layers in rows.values() for s in layers), key=lambda s: s.aer)
-    print(f"\nbest model layer: {best.layer}, AER {best.aer:.3f}")
+        fmt, rel = GOLD_SETS[name]
+        spec = SimpleNamespace(format=fmt, path=str(args.data_dir / rel))
+        sets.append(load_gold_set(name, spec, data.src_lang, data.tgt_lang))
+    if args.gold_files:
+        src, tgt, links = args.gold_files
+        spec = SimpleNamespace(
+            format="pharaoh",
+            path=links,
+            src=src,
+            tgt=tgt,
+            reverse=args.reverse_gold,
+            one_indexed=args.one_indexed,
+        )
+        sets.append(load_gold_set(Path(links).name, spec, data.src_lang, data.tgt_lang))
+    for gold in sets:
+        forward, backward, seconds = run_eflomal(gold, train_src, train_tgt)
+        print(
+            f"\n{gold.name}: {len(gold)} pairs; eflomal given {limit:,} training pairs of "
+            f"data={data.name} as well ({seconds:.0f} s)"
+        )
+        print(f"{'aligner':<52} AER     P      R")
+        symmetric = [symmetrize(f, b) for f, b in zip(forward, backward)]
+        for label, links in (
+            ("eflomal source->target", forward),
+            ("eflomal target->source", backward),
+            ("eflomal grow-diag-final-and", symmetric),
+        ):
+            aer, p, r = corpus_scores(links, gold.gold)
+            print(f"{label:<52} {aer:.3f}  {p:.3f}  {r:.3f}")
+        for name, run in runs:
+            for label, (aer, p, r) in score_run(name, run, gold):
+                print(f"{label:<52} {aer:.3f}  {p:.3f}  {r:.3f}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ from transformer_mt.config import TransformerConfig, register_configs
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 SHARED = ROOT.parent / "shared" / "data"  # real corpora beside the checkout, never copied into it
+# where recipes on real corpora look for them (conf/data/anki_es_en.yaml, experiment=anki_es_en_cpu)
+os.environ.setdefault("TRANSFORMER_MT_DATA", str(SHARED))
 
 
 def needs_shared(folder: Path = SHARED) -> pytest.MarkDecorator:

@@ -182,3 +182,55 @@ def test_the_demo_corpus_links_reach_the_batches_in_pieces(tmp_path) -> None:
         (batch.align_index[:, 0], batch.align_index[:, 1]), batch.align_weight, accumulate=True
     )
     assert torch.allclose(sums[sums > 0], torch.ones(batch.align_rows))
+
+
+def _needs_eflomal():
+    import importlib.util
+    import os
+
+    missing = importlib.util.find_spec("eflomal") is None and os.environ.get("CI") != "true"
+    return pytest.mark.skipif(
+        missing, reason='eflomal is not installed (pip install -e ".[align]")'
+    )
+
+
+@_needs_eflomal()
+def test_eflomal_aligns_the_training_split_once_and_the_links_are_cached(tmp_path, caplog) -> None:
+    import gzip
+    import logging
+
+    from transformer_mt.config import DataConfig
+    from transformer_mt.data.dataset import load_corpus
+
+    from .conftest import SHARED
+
+    with gzip.open(SHARED / "anki_spa_eng" / "spa-eng.es.gz", "rt") as f:
+        es = [next(f).strip() for _ in range(3000)]
+    with gzip.open(SHARED / "anki_spa_eng" / "spa-eng.en.gz", "rt") as f:
+        en = [next(f).strip() for _ in range(3000)]
+    (tmp_path / "train.es").write_text("\n".join(es) + "\n")
+    (tmp_path / "train.en").write_text("\n".join(en) + "\n")
+    cfg = DataConfig(
+        name="local",
+        source="local",
+        files={"train": [str(tmp_path / "train.es"), str(tmp_path / "train.en")]},
+        holdout={"valid": 50, "test": 50},
+        alignments="eflomal",
+        cache_dir=str(tmp_path / "cache"),
+    )
+    with caplog.at_level(logging.INFO):
+        corpus = load_corpus(cfg)
+    assert "aligning" in caplog.text and len(corpus["valid"]) == len(corpus["test"]) == 50
+    held = set(corpus["valid"]["src"]) | set(corpus["test"]["src"])
+    assert not held & set(corpus["train"]["src"])  # no held-out sentence left in training
+    train = corpus["train"]
+    lines = train["alignment"]
+    assert len(lines) == len(train) and sum(bool(line) for line in lines) > 0.9 * len(train)
+    for line, src, tgt in zip(lines[:200], train["src"][:200], train["tgt"][:200]):
+        for link in line.split():
+            i, j = map(int, link.split("-"))
+            assert i < len(src.split()) and j < len(tgt.split())
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        again = load_corpus(cfg)
+    assert "aligning" not in caplog.text and again["train"]["alignment"] == lines  # cached

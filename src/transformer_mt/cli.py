@@ -7,6 +7,8 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
+from omegaconf.errors import InterpolationResolutionError
+
 from transformer_mt.errors import UserError
 
 F = TypeVar("F", bound=Callable)
@@ -26,6 +28,18 @@ def report_user_errors(main: F) -> F:
             no_file = isinstance(err, FileNotFoundError) and err.filename is not None
             message = f"{err.filename}: no such file" if no_file else str(err)
             print(f"error: {message}", file=sys.stderr)
+            sys.exit(2)
+        except InterpolationResolutionError as err:
+            if "Environment variable" not in str(err):
+                raise
+            # e.g. a recipe that reads corpora from $TRANSFORMER_MT_DATA, run without it
+            first = str(err).splitlines()[0]
+            key = getattr(err, "full_key", "")
+            print(
+                f"error: {key}: {first.split(': ', 1)[-1]}; set it (export NAME=/path) or "
+                f"override {key or 'the key'} on the command line",
+                file=sys.stderr,
+            )
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
