@@ -19,6 +19,7 @@ import gzip
 import itertools
 import resource
 import shutil
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -51,13 +52,44 @@ def peak_rss_gib() -> tuple[float, float]:
     return own, children
 
 
+class RssSampler(threading.Thread):
+    """This process's resident memory every 50 ms, split into heap (anonymous) and file pages.
+
+    File pages are the memory-mapped Arrow cache the process has read: the kernel counts them
+    in RSS but can drop them at any time, unlike the heap.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak = {"RssAnon": 0, "RssFile": 0}
+        self.running = True
+
+    def run(self) -> None:
+        while self.running:
+            with open("/proc/self/status") as f:
+                for line in f:
+                    key = line.split(":")[0]
+                    if key in self.peak:
+                        self.peak[key] = max(self.peak[key], int(line.split()[1]))
+            time.sleep(0.05)
+
+    def stop(self) -> dict[str, float]:
+        self.running = False
+        self.join()
+        return {k: v / 2**20 for k, v in self.peak.items()}
+
+
 def timed(label: str, fn):
+    sampler = RssSampler()
+    sampler.start()
     start = time.perf_counter()
     out = fn()
     seconds = time.perf_counter() - start
+    peak = sampler.stop()
     own, children = peak_rss_gib()
     print(
-        f"  {label:<44} {seconds:8.1f} s   (peak RSS so far {own:.2f} GiB, "
+        f"  {label:<44} {seconds:8.1f} s   (this stage's peak: heap {peak['RssAnon']:.2f} GiB, "
+        f"file pages {peak['RssFile']:.2f} GiB; peak RSS so far {own:.2f} GiB, "
         f"largest worker so far {children:.2f} GiB)",
         flush=True,
     )
@@ -86,6 +118,11 @@ def main() -> None:
     parser.add_argument("--input-sentence-size", type=int, default=2_000_000)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/tmt_preprocess"))
     parser.add_argument(
+        "--second-run-only",
+        action="store_true",
+        help="only the run from an existing cache1 (after a full run with the same settings)",
+    )
+    parser.add_argument(
         "--procs",
         type=int,
         nargs="+",
@@ -96,8 +133,9 @@ def main() -> None:
     print(describe())
     args.workdir.mkdir(parents=True, exist_ok=True)
     src, tgt = build_corpus(args.workdir, args.pairs)
-    for n in range(1, len(args.procs) + 1):
-        shutil.rmtree(args.workdir / f"cache{n}", ignore_errors=True)
+    if not args.second_run_only:
+        for n in range(1, len(args.procs) + 1):
+            shutil.rmtree(args.workdir / f"cache{n}", ignore_errors=True)
     dev = [
         str(SHARED.parent / "wmt13_newstest2013_esen" / f"newstest2013.{lang}")
         for lang in ("es", "en")
@@ -118,7 +156,7 @@ def main() -> None:
         f"SentencePiece sample {args.input_sentence_size:,} sentences"
     )
     seconds = {}
-    for n, procs in enumerate(args.procs, 1):
+    for n, procs in enumerate([] if args.second_run_only else args.procs, 1):
         cfg = replace(base, num_proc=procs, cache_dir=str(args.workdir / f"cache{n}"))
         seconds[procs] = pipeline(cfg, f"first run, {procs} process(es), empty cache{n}")
     start = time.perf_counter()
@@ -127,7 +165,8 @@ def main() -> None:
     splits = args.pairs + 2 * 3000  # train, and newstest2013 as valid and test
     own, children = peak_rss_gib()
     rates = ", ".join(f"{splits / s:,.0f} pairs/s with {p} process(es)" for p, s in seconds.items())
-    print(f"tokenization: {rates}")
+    if rates:
+        print(f"tokenization: {rates}")
     print(f"second run, whole pipeline: {again:.1f} s")
     print(f"peak RSS: {own:.2f} GiB (this process), {children:.2f} GiB (largest worker)")
     print(

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from transformer_mt.config import DataConfig
 from transformer_mt.data import demo_corpus
+from transformer_mt.data.batching import TokenRows
 from transformer_mt.data.guided import piece_links, word_starts
 from transformer_mt.data.tokenizer import EOS_ID, Tokenizer
 from transformer_mt.errors import UserError
@@ -414,8 +415,8 @@ def _drop_unusable(ds: Dataset, max_len: int) -> tuple[Dataset, list[str]]:
     One numpy pass over the two length columns, then one ``select``: on WMT14 EN-FR's 36M pairs
     this takes seconds, where ``Dataset.filter`` runs Python over every row (minutes, twice).
     """
-    lens = ds.with_format("numpy", columns=["src_len", "tgt_len"])[:]
-    src, tgt = lens["src_len"], lens["tgt_len"]
+    # Straight from the Arrow columns (a numpy-formatted Dataset slice took 24 s and GiBs on 36M)
+    src, tgt = TokenRows(ds).lengths()
     too_long = np.maximum(src, tgt) > max_len + 1  # + EOS
     empty = ~too_long & (np.minimum(src, tgt) <= 1)  # nothing but EOS
     reasons = [
