@@ -35,3 +35,35 @@ def test_head_grid_has_one_labelled_panel_per_head(tmp_path) -> None:
     assert [t.get_text() for t in panels[0].get_yticklabels()] == tgt
     fig.savefig(tmp_path / "grid.svg")  # SVG as well as PNG
     assert (tmp_path / "grid.svg").read_text().startswith("<?xml")
+
+
+def test_training_curves_gain_an_alignment_panel_when_gold_sets_were_scored() -> None:
+    from transformer_mt.viz.curves import plot_curves
+
+    base = {"train/loss": [(1, 3.0), (2, 2.0)], "val/bleu": [(2, 10.0)]}
+    assert sum(ax.get_visible() for ax in plot_curves(base).axes) == 6
+    with_aer = {
+        **base,
+        "val/aer_graca": [(2, 0.5)],
+        "val/aer_graca_best_layer": [(2, 0.6)],
+        "val/aer_graca_which_layer": [(2, 2.0)],  # a layer number, not an error rate
+    }
+    fig = plot_curves(with_aer)
+    panel = [ax for ax in fig.axes if ax.get_title() == "alignment error rate"]
+    assert len(panel) == 1 and sum(ax.get_visible() for ax in fig.axes) == 7
+    assert sorted(line.get_label() for line in panel[0].lines) == [
+        "val/aer_graca",
+        "val/aer_graca_best_layer",
+    ]
+
+
+def test_the_aer_grid_outlines_the_best_head() -> None:
+    from matplotlib.patches import Rectangle
+
+    from transformer_mt.viz.alignment import plot_aer_grid
+
+    fig = plot_aer_grid([[0.5, 0.4, 0.45], [0.2, 0.6, 0.3]])  # 2 layers, 2 heads + mean
+    ax = fig.axes[0]
+    (box,) = [p for p in ax.patches if isinstance(p, Rectangle)]
+    assert box.get_xy() == (-0.5, 0.5)  # layer 2, head 1
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "mean"]

@@ -56,10 +56,18 @@ def read_metrics(path: str | Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def plot_curves(series: dict[str, list[tuple[int, float]]]) -> Figure:
-    """Loss, perplexity, BLEU, learning rate, gradient norm and padding against the optimizer step."""
-    fig = Figure(figsize=(4.2 * 3, 3.4 * 2))  # no pyplot: no global state, any backend
-    axes = fig.subplots(2, 3).flatten()
-    for ax, names in zip(axes, PANELS):
+    """Loss, perplexity, BLEU, learning rate, gradient norm and padding against the optimizer step;
+    with gold alignments scored while training (``align.gold``), their AER in a seventh panel."""
+    aer = tuple(
+        sorted(n for n in series if n.startswith("val/aer_") and not n.endswith("which_layer"))
+    )
+    panels = PANELS + ((aer,) if aer else ())
+    rows = -(-len(panels) // 3)
+    fig = Figure(figsize=(4.2 * 3, 3.4 * rows))  # no pyplot: no global state, any backend
+    axes = fig.subplots(rows, 3).flatten()
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    for ax, names in zip(axes, panels):
         for name in names:
             if series.get(name):
                 steps, values = zip(*series[name])
@@ -67,7 +75,7 @@ def plot_curves(series: dict[str, list[tuple[int, float]]]) -> Figure:
                     steps, values, marker="o" if name.startswith("val") else None, ms=3, label=name
                 )
         ax.set_xlabel("step")
-        ax.set_title(" / ".join(names), fontsize=10)
+        ax.set_title("alignment error rate" if names is aer else " / ".join(names), fontsize=10)
         if names[0].endswith("ppl"):
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
