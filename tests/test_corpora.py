@@ -281,3 +281,41 @@ def test_the_train_script_prints_bad_input_on_one_line(tmp_path: Path) -> None:
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "has no text to learn pieces from" in errors[0]
     assert "Traceback" not in result.stderr and "HYDRA_FULL_ERROR" not in result.stderr
+
+
+def test_holdout_draws_valid_and_test_without_shared_sentences(tmp_path) -> None:
+    from transformer_mt.errors import UserError
+
+    # "Go." has three translations and "Run!" two: a held-out pair takes its twins out of training
+    pairs = [
+        ("Go.", "Ve."),
+        ("Go.", "Vete."),
+        ("Go.", "Vaya."),
+        ("Run!", "¡Corre!"),
+        ("Run!", "¡Corran!"),
+    ]
+    pairs += [(f"Sentence {i}.", f"Frase {i}.") for i in range(60)]
+    (tmp_path / "train.en").write_text("".join(s + "\n" for s, _ in pairs))
+    (tmp_path / "train.es").write_text("".join(t + "\n" for _, t in pairs))
+    cfg = DataConfig(
+        name="local",
+        source="local",
+        src_lang="en",
+        tgt_lang="es",
+        files={"train": [str(tmp_path / "train.en"), str(tmp_path / "train.es")]},
+        holdout={"valid": 10, "test": 10},
+        cache_dir=str(tmp_path / "cache"),
+    )
+    corpus = load_corpus(cfg)
+    held = {s for split in ("valid", "test") for s in corpus[split]["src"]}
+    held_tgt = {t for split in ("valid", "test") for t in corpus[split]["tgt"]}
+    assert len(corpus["valid"]) == len(corpus["test"]) == 10
+    assert not held & set(corpus["train"]["src"]) and not held_tgt & set(corpus["train"]["tgt"])
+    # brute force: training keeps exactly the pairs sharing no sentence with a held-out pair
+    expected = [(s, t) for s, t in pairs if s not in held and t not in held_tgt]
+    assert sorted(zip(corpus["train"]["src"], corpus["train"]["tgt"])) == sorted(expected)
+    assert load_corpus(cfg)["valid"]["src"] == corpus["valid"]["src"]  # seeded: the same draw
+    with pytest.raises(UserError, match="data.holdout asks for 80 pairs"):
+        load_corpus(DataConfig(**{**cfg.__dict__, "holdout": {"valid": 40, "test": 40}}))
+    with pytest.raises(UserError, match="data.holdout draws valid/test from local files"):
+        load_corpus(DataConfig(name="demo_es_en", holdout={"valid": 5}, cache_dir=str(tmp_path)))

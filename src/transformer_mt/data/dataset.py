@@ -119,6 +119,8 @@ def _hold_out(train: Dataset, cfg: DataConfig) -> DatasetDict:
         n = cfg.holdout.get(split, 0)
         picked[split], start = np.sort(order[start : start + n]), start + n
     held = np.concatenate(list(picked.values()))
+    if train._indices is not None:  # rows are read from the Arrow table below: make it the split's
+        train = train.flatten_indices()
     table = train.data.table
     src, tgt = table.column("src"), table.column("tgt")
     shared = pc.or_(
