@@ -8,8 +8,10 @@ The corpus is built by repeating the Anki Spanish-English pairs of ../shared/dat
 ``Dataset.from_generator`` (streamed into Arrow), a seeded sample for SentencePiece, and
 ``Dataset.map(batched=True, num_proc=N)``. Tokenization runs once per ``--procs`` entry, each into
 a fresh cache so none reuses another; then the whole pipeline runs again on the first cache, which
-must be reused. Peak RSS is that of this process and of its largest worker; disk is what the
-corpus files and each cache take.
+must be reused (``--second-run-only``: just that, on an existing cache). Each stage prints this
+process's peak heap (anonymous memory) and file pages (the memory-mapped Arrow cache, which the
+kernel counts in RSS but may drop), then the peak RSS of this process and of its largest worker;
+disk is what the corpus files and each cache take.
 """
 
 from __future__ import annotations

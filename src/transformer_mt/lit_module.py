@@ -59,7 +59,7 @@ class TranslationModule(L.LightningModule):
             guided: guided alignment, {"weight": λ, "layer": L, "head": H} (1-based, a
                 negative layer from the end): the loss gains λ x the KL divergence between
                 that cross-attention head and the batch's word links (``data/guided.py``).
-            gold_sets: gold alignments scored at every validation (``valid/aer_<name>``: the
+            gold_sets: gold alignments scored at every validation (``val/aer_<name>``: the
                 guided head's AER, and the best layer's with heads averaged).
         """
         super().__init__()
