@@ -283,6 +283,7 @@ def test_the_train_script_prints_bad_input_on_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr and "HYDRA_FULL_ERROR" not in result.stderr
 
 
+@pytest.mark.slow  # reads files into Arrow twice
 def test_holdout_draws_valid_and_test_without_shared_sentences(tmp_path) -> None:
     from transformer_mt.errors import UserError
 

@@ -120,6 +120,7 @@ def test_a_tiny_model_learns_the_given_alignment_in_its_guided_head() -> None:
     assert align.item() < 0.05
 
 
+@pytest.mark.slow  # three Hydra compositions: seconds each
 def test_guided_training_needs_word_links_and_a_real_head(compose_cfg) -> None:
     from transformer_mt.errors import UserError
     from transformer_mt.lit_module import TranslationModule
@@ -147,6 +148,7 @@ def test_guided_training_needs_word_links_and_a_real_head(compose_cfg) -> None:
         OmegaConf.to_object(local.data)  # the dataclass's checks run when it is built
 
 
+@pytest.mark.slow  # builds a corpus, a tokenizer and its cache
 def test_the_demo_corpus_links_reach_the_batches_in_pieces(tmp_path) -> None:
     from transformer_mt.analysis import read_pharaoh
     from transformer_mt.config import DataConfig
@@ -194,6 +196,7 @@ def _needs_eflomal():
     )
 
 
+@pytest.mark.slow  # runs the aligner on 3,000 pairs
 @_needs_eflomal()
 def test_eflomal_aligns_the_training_split_once_and_the_links_are_cached(tmp_path, caplog) -> None:
     import gzip
