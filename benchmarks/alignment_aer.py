@@ -26,7 +26,13 @@ from types import SimpleNamespace
 import yaml
 from machine import describe  # benchmarks/machine.py
 
-from transformer_mt.analysis import corpus_attention, corpus_scores, score_heads, symmetrize
+from transformer_mt.analysis import (
+    corpus_attention,
+    corpus_scores,
+    read_pharaoh,
+    score_heads,
+    symmetrize,
+)
 from transformer_mt.analysis.gold import GoldSet, load_gold_set
 from transformer_mt.analysis.report import READINGS
 from transformer_mt.checkpoint import load_model, run_data_config
@@ -40,8 +46,7 @@ GOLD_SETS = {  # name -> (format, path under $TRANSFORMER_MT_DATA)
 
 
 def read_links(path: str) -> list[set[tuple[int, int]]]:
-    lines = Path(path).read_text().splitlines()
-    return [{tuple(map(int, t.split("-"))) for t in line.split()} for line in lines]
+    return [read_pharaoh(line)[0] for line in Path(path).read_text().splitlines()]
 
 
 def run_eflomal(gold: GoldSet, train_src: list[str], train_tgt: list[str]):

@@ -127,13 +127,8 @@ class TranslationModule(L.LightningModule):
         layer, head = self.guided["layer"] - 1, self.guided["head"] - 1
         logits, weights = self.model.forward_with_head(batch.src, batch.tgt_in, layer, head)
         loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.model_cfg.label_smoothing)
-        device = weights.device
-        align = alignment_loss(
-            weights,
-            batch.align_index.to(device, non_blocking=True),
-            batch.align_weight.to(device, non_blocking=True),
-            batch.align_rows,
-        )
+        # Lightning moved the batch, these tensors included, to the device
+        align = alignment_loss(weights, batch.align_index, batch.align_weight, batch.align_rows)
         return loss, nll, batch.n_tgt_tokens, align
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor | None:

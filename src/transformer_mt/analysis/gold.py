@@ -40,12 +40,13 @@ class GoldSet:
         """The pairs whose pieces fold back into their words (the others cannot be scored
         word by word), and how many were left out."""
         from transformer_mt.data.guided import piece_words, word_starts
+        from transformer_mt.data.tokenizer import EOS_ID
 
         starts = word_starts(tokenizer.sp)
         keep = []
         for n, (src, tgt) in enumerate(zip(self.sources, self.targets)):
             ok = all(
-                int(piece_words(ids + [3], starts).max(initial=-1)) + 1 == len(text.split())
+                int(piece_words(ids + [EOS_ID], starts).max(initial=-1)) + 1 == len(text.split())
                 for ids, text in zip(tokenizer.encode([src, tgt]), (src, tgt))
             )
             if ok:

@@ -30,6 +30,7 @@ from datasets import (
 from datasets.exceptions import DatasetGenerationError
 from tqdm.auto import tqdm
 
+from transformer_mt.analysis.alignment import read_pharaoh
 from transformer_mt.config import DataConfig
 from transformer_mt.data import demo_corpus
 from transformer_mt.data.batching import TokenRows
@@ -192,16 +193,12 @@ def _with_eflomal(train: Dataset, cfg: DataConfig) -> Dataset:
         tmp = path.with_suffix(".tmp")
         with open(fwd) as f, open(rev) as r, open(tmp, "w") as out:
             for forward, backward in zip(f, r, strict=True):
-                links = symmetrize(_pharaoh_links(forward), _pharaoh_links(backward))
+                links = symmetrize(read_pharaoh(forward)[0], read_pharaoh(backward)[0])
                 out.write(format_pharaoh(links) + "\n")
         tmp.replace(path)
         fwd.unlink()
         rev.unlink()
     return _with_alignment_file(train, cfg, str(path))
-
-
-def _pharaoh_links(line: str) -> set[tuple[int, int]]:
-    return {(int(i), int(j)) for i, _, j in (t.partition("-") for t in line.split())}
 
 
 def _load_hub(cfg: DataConfig) -> DatasetDict:
@@ -403,7 +400,7 @@ def _encode_batch(
     if links:  # word links -> piece links; [] where they do not map (the pair goes unsupervised)
         starts = _word_starts(model_path)
         out["links"] = [
-            piece_links(s, t, _pharaoh_links(a), len(x.split()), len(y.split()), starts) or []
+            piece_links(s, t, read_pharaoh(a)[0], len(x.split()), len(y.split()), starts) or []
             for s, t, a, x, y in zip(
                 out["src_ids"], out["tgt_ids"], batch["alignment"], batch["src"], batch["tgt"]
             )
