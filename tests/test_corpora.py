@@ -320,3 +320,42 @@ def test_holdout_draws_valid_and_test_without_shared_sentences(tmp_path) -> None
         load_corpus(DataConfig(**{**cfg.__dict__, "holdout": {"valid": 40, "test": 40}}))
     with pytest.raises(UserError, match="data.holdout draws valid/test from local files"):
         load_corpus(DataConfig(name="demo_es_en", holdout={"valid": 5}, cache_dir=str(tmp_path)))
+
+
+@pytest.mark.slow  # reads files into Arrow
+def test_extra_train_appends_gold_sentences_after_the_holdout(tmp_path) -> None:
+    from transformer_mt.config import GoldSetConfig
+
+    pairs = [(f"frase {i} .", f"sentence {i} .") for i in range(40)]
+    (tmp_path / "train.es").write_text("".join(s + "\n" for s, _ in pairs))
+    (tmp_path / "train.en").write_text("".join(t + "\n" for _, t in pairs))
+    (tmp_path / "gold.es").write_text("el gato negro\nla casa\n")
+    (tmp_path / "gold.en").write_text("the black cat\nthe house\n")
+    (tmp_path / "gold.links").write_text("0-0 1-2 2-1\n0-0 1-1\n")
+    gold = GoldSetConfig(
+        format="pharaoh",
+        path=str(tmp_path / "gold.links"),
+        src=str(tmp_path / "gold.es"),
+        tgt=str(tmp_path / "gold.en"),
+    )
+    cfg = DataConfig(
+        name="local",
+        source="local",
+        files={"train": [str(tmp_path / "train.es"), str(tmp_path / "train.en")]},
+        holdout={"valid": 5, "test": 5},
+        extra_train={"tiny": gold},
+        cache_dir=str(tmp_path / "cache"),
+    )
+    corpus = load_corpus(cfg)
+    train = list(zip(corpus["train"]["src"], corpus["train"]["tgt"]))
+    assert len(train) == 30 + 2  # 40 minus the 10 held out, plus the two gold sentences
+    assert train[-2:] == [("el gato negro", "the black cat"), ("la casa", "the house")]
+    held = {s for split in ("valid", "test") for s in corpus[split]["src"]}
+    assert "el gato negro" not in held  # never held out: the gold text is for training
+    # a Pharaoh file of the training lines has no lines for the added pairs: refused
+    (tmp_path / "train.links").write_text("0-0\n" * 40)
+    with pytest.raises(UserError, match="data.extra_train adds pairs that data.alignments"):
+        load_corpus(DataConfig(**{**cfg.__dict__, "alignments": str(tmp_path / "train.links")}))
+    missing = GoldSetConfig(format="graca", path=str(tmp_path / "nowhere"))
+    with pytest.raises(UserError, match=r"data.extra_train.lost: .*nowhere does not exist"):
+        load_corpus(DataConfig(**{**cfg.__dict__, "extra_train": {"lost": missing}}))

@@ -37,6 +37,30 @@ __all__ = [
 
 
 @dataclass
+class GoldSetConfig:
+    """A gold word-alignment set, scored while training (``align.gold.<name>``).
+
+    format: ``graca`` (a folder with ``alignment`` and ``test.<lang>`` in Graca et al.'s
+    markup), ``xlwa`` (an XL-WA TSV file), or ``pharaoh`` (``src``/``tgt`` sentence files and a
+    Pharaoh/NAACL ``path``). ``graca`` and ``xlwa`` are English-first; they are turned round
+    when English is the target (data.tgt_lang).
+    """
+
+    format: str = "pharaoh"
+    path: str = MISSING
+    src: str | None = None  # pharaoh only: source sentences, one per line
+    tgt: str | None = None
+    reverse: bool = False  # pharaoh only: its links are target-source
+    one_indexed: bool = False  # pharaoh only
+
+    def __post_init__(self) -> None:
+        if self.format not in ("graca", "xlwa", "pharaoh"):
+            raise UserError(
+                f"align.gold format must be graca, xlwa or pharaoh, got {self.format!r}"
+            )
+
+
+@dataclass
 class DataConfig:
     """A parallel corpus, its tokenizer and its batching; presets in ``conf/data``."""
 
@@ -73,6 +97,10 @@ class DataConfig:
     # (source-target, 0-indexed, one line per training pair), "eflomal" (computed on the training
     # split and cached; pip install -e ".[align]"), or "builtin" (the demo corpus's own)
     alignments: str | None = None
+    # Sentence pairs added to training after the holdout and the subset, never held out: the
+    # text (not the links) of word-alignment gold sets, which an unsupervised aligner such as
+    # eflomal is given too. Per name, a gold set as in align.gold (recipes: ${align.gold}).
+    extra_train: dict[str, GoldSetConfig] = field(default_factory=dict)
     train_subset: int | None = None  # keep N training pairs
     subset_strategy: str = "first"  # "first" N, or a seeded "random" N
     vocab_size: int = 1_000  # joint SentencePiece BPE vocabulary
@@ -203,30 +231,6 @@ class HeatmapConfig:
     tgt: str | None = None  # a target for ``src`` to teacher-force instead of translating
     valid_sentences: int = 3  # also draw the first N validation pairs of at most max_words words
     max_words: int = 30
-
-
-@dataclass
-class GoldSetConfig:
-    """A gold word-alignment set, scored while training (``align.gold.<name>``).
-
-    format: ``graca`` (a folder with ``alignment`` and ``test.<lang>`` in Graca et al.'s
-    markup), ``xlwa`` (an XL-WA TSV file), or ``pharaoh`` (``src``/``tgt`` sentence files and a
-    Pharaoh/NAACL ``path``). ``graca`` and ``xlwa`` are English-first; they are turned round
-    when English is the target (data.tgt_lang).
-    """
-
-    format: str = "pharaoh"
-    path: str = MISSING
-    src: str | None = None  # pharaoh only: source sentences, one per line
-    tgt: str | None = None
-    reverse: bool = False  # pharaoh only: its links are target-source
-    one_indexed: bool = False  # pharaoh only
-
-    def __post_init__(self) -> None:
-        if self.format not in ("graca", "xlwa", "pharaoh"):
-            raise UserError(
-                f"align.gold format must be graca, xlwa or pharaoh, got {self.format!r}"
-            )
 
 
 @dataclass

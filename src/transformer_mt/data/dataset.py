@@ -13,6 +13,7 @@ import itertools
 import json
 import logging
 import shutil
+from dataclasses import asdict
 from functools import lru_cache
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from datasets.exceptions import DatasetGenerationError
 from tqdm.auto import tqdm
 
 from transformer_mt.analysis.alignment import read_pharaoh
-from transformer_mt.config import DataConfig
+from transformer_mt.config import DataConfig, GoldSetConfig
 from transformer_mt.data import demo_corpus
 from transformer_mt.data.batching import TokenRows
 from transformer_mt.data.guided import piece_links, word_starts
@@ -96,9 +97,48 @@ def load_corpus(cfg: DataConfig) -> DatasetDict:
         if cfg.subset_strategy == "random":
             train = train.shuffle(seed=cfg.seed)
         corpus["train"] = train.select(range(cfg.train_subset))
+    if cfg.extra_train:
+        corpus["train"] = _with_extra_pairs(corpus["train"], cfg)
     if cfg.alignments == "eflomal":
         corpus["train"] = _with_eflomal(corpus["train"], cfg)
     return corpus
+
+
+def _with_extra_pairs(train: Dataset, cfg: DataConfig) -> Dataset:
+    """The training split followed by the sentence pairs of ``data.extra_train``'s gold sets."""
+    if cfg.alignments not in (None, "eflomal"):
+        raise UserError(
+            f"data.extra_train adds pairs that data.alignments={cfg.alignments} has no links "
+            f"for; use data.alignments=eflomal (it aligns the added pairs too) or leave one out"
+        )
+    stamps = []
+    for name, gold in cfg.extra_train.items():
+        path = Path(gold.path).expanduser()
+        files = [path, *(Path(f).expanduser() for f in (gold.src, gold.tgt) if f)]
+        files = [f for p in files for f in (sorted(p.rglob("*")) if p.is_dir() else [p])]
+        missing = [str(f) for f in files if not f.exists()]
+        if missing:
+            raise UserError(f"data.extra_train.{name}: {', '.join(missing)} does not exist")
+        state = [[str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+        stamps.append(json.dumps([name, asdict(gold), cfg.src_lang, cfg.tgt_lang, state]))
+    extra = Dataset.from_generator(
+        _read_gold_text,
+        gen_kwargs={"stamps": stamps},
+        cache_dir=str(Path(cfg.cache_dir) / "hf"),
+        features=Features({"src": Value("string"), "tgt": Value("string")}),
+    )
+    log.info("data.extra_train: %d pairs added to %d training pairs", len(extra), len(train))
+    return concatenate_datasets([train.select_columns(["src", "tgt"]), extra])
+
+
+def _read_gold_text(stamps: list[str]):
+    from transformer_mt.analysis.gold import load_gold_set
+
+    for stamp in stamps:
+        name, gold, src_lang, tgt_lang, _ = json.loads(stamp)
+        pairs = load_gold_set(name, GoldSetConfig(**gold), src_lang, tgt_lang)
+        for src, tgt in zip(pairs.sources, pairs.targets):
+            yield {"src": src, "tgt": tgt}
 
 
 def _hold_out(train: Dataset, cfg: DataConfig) -> DatasetDict:
