@@ -7,9 +7,16 @@
     python scripts/plot_alignment.py RUN_DIR --src "el gato negro" --tgt "the black cat" \
         --layer 2 --format png svg --out plots/cat
 
+    # a beam-search hypothesis (the 2nd of beam 4's n-best) instead of the greedy translation,
+    # and bertviz's interactive head and model views as HTML (pip install -e ".[bertviz]")
+    python scripts/plot_alignment.py RUN_DIR --src "el gato negro duerme en casa" \
+        --beam 4 --hypothesis 2 --html --html-unit words
+
 Writes ``<out>_layer<N>.<fmt>`` (one decoder layer, heads averaged: rows target words, columns
 source words, with a colour bar) and ``<out>_heads.<fmt>`` (every head of every layer), and
-prints, per target word, the source word it attends to most.
+prints, per target word, the source word it attends to most. ``--html`` adds
+``<out>_head_view.html`` and ``<out>_model_view.html``: encoder, decoder and cross-attention of
+every layer and head (bertviz; the pages load their scripts from a CDN).
 """
 
 from __future__ import annotations
@@ -17,10 +24,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from transformer_mt.analysis.capture import pair_attention
 from transformer_mt.analysis.heatmaps import save_pair_heatmaps
 from transformer_mt.analysis.report import resolve_head
 from transformer_mt.checkpoint import load_model
 from transformer_mt.cli import report_user_errors
+from transformer_mt.decoding import DecodeConfig, translate
+from transformer_mt.errors import UserError
 
 
 @report_user_errors
@@ -45,13 +55,45 @@ def main() -> None:
     )
     parser.add_argument("--no-heads", action="store_true", help="skip the per-head grid")
     parser.add_argument(
+        "--beam", type=int, default=1, help="draw a beam-search hypothesis (default 1: greedy)"
+    )
+    parser.add_argument(
+        "--hypothesis", type=int, default=1, help="which of the beam's n-best to draw (1-based)"
+    )
+    parser.add_argument("--alpha", type=float, default=0.6, help="beam search's length penalty α")
+    parser.add_argument(
+        "--html", action="store_true", help="also write bertviz head_view and model_view HTML"
+    )
+    parser.add_argument(
+        "--html-unit",
+        choices=["pieces", "words"],
+        default="pieces",
+        help="tokens of the HTML views",
+    )
+    parser.add_argument(
         "--average-last", type=int, default=1, help="average the last N checkpoints"
     )
     args = parser.parse_args()
     if not args.src.strip():
         parser.error("--src is empty")
 
+    if args.beam < 1 or not 1 <= args.hypothesis <= args.beam:
+        parser.error(f"--hypothesis {args.hypothesis} must be between 1 and --beam {args.beam}")
+    if args.tgt is not None and (args.beam > 1 or args.hypothesis > 1):
+        parser.error("--tgt is teacher-forced: --beam and --hypothesis pick a translation instead")
+    if args.html:
+        from transformer_mt.viz.bertviz_html import bertviz_html, require_bertviz
+
+        require_bertviz()  # before any work: say which extra is missing
+
     model, tokenizer, _ = load_model(args.run_dir, average_last=args.average_last)
+    target = args.tgt
+    if args.beam > 1:  # the chosen hypothesis of the n-best, teacher-forced like a given target
+        cfg = DecodeConfig(beam_size=args.beam, length_penalty=args.alpha, batch_size=1)
+        found = translate(model, tokenizer, [args.src], cfg, args.hypothesis, long_inputs="error")
+        if len(found[0]) < args.hypothesis:
+            raise UserError(f"beam {args.beam} found only {len(found[0])} hypotheses")
+        target = found[0][args.hypothesis - 1].tokens
     layer, head = args.layer, None
     if args.head is not None:
         layer, head, _ = resolve_head(
@@ -61,7 +103,7 @@ def main() -> None:
         model,
         tokenizer,
         args.src,
-        args.tgt,
+        target,
         args.out,
         layer,
         tuple(args.format),
@@ -69,13 +111,22 @@ def main() -> None:
         head=head,
     )
     print(f"source: {drawn['source']}")
-    print(f"{'translation' if drawn['translated'] else 'target'}: {drawn['target']}")
+    what = "target" if args.tgt is not None else "translation"
+    if args.beam > 1:
+        what = f"beam {args.beam} hypothesis {args.hypothesis}"
+    print(f"{what}: {drawn['target']}")
     which = "heads averaged" if drawn["head"] is None else f"head {drawn['head']}"
     print(f"decoder layer {drawn['layer']}, {which}; strongest source word per target word:")
-    for target, source in drawn["strongest"]:
-        print(f"  {target:>15} <- {source}")
+    for target_word, source_word in drawn["strongest"]:
+        print(f"  {target_word:>15} <- {source_word}")
     for name in drawn["files"]:
         print(f"wrote {args.out.parent / name}")
+    if args.html:
+        pair = pair_attention(model, tokenizer, args.src, target)
+        for view in ("head", "model"):
+            path = args.out.parent / f"{args.out.name}_{view}_view.html"
+            path.write_text(bertviz_html(pair, view, args.html_unit), encoding="utf-8")
+            print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -107,17 +107,54 @@ class PairAttention:
     def tgt_words(self) -> list[str]:
         return words_of(self.tgt_pieces, word_groups(self.tgt_pieces))
 
-    def pieces(self, kind: str) -> Tensor:
-        """``encoder | decoder | cross`` -> its (L, H, rows, keys) piece-level weights."""
+    @property
+    def input_pieces(self) -> list[str]:
+        """The decoder's input pieces: BOS, then the target shifted right (the self-attention keys)."""
+        return ["<s>", *self.tgt_pieces[:-1]]
+
+    def labels(self, kind: str, unit: str = "words") -> tuple[list[str], list[str]]:
+        """Row and column labels of ``view(kind, unit)``: queries, then keys.
+
+        Cross-attention rows are the target pieces produced (EOS last), its keys the source;
+        decoder self-attention's keys are the decoder's inputs (BOS, then the target so far).
+        """
+        pieces = {
+            "encoder": (self.src_pieces, self.src_pieces),
+            "decoder": (self.tgt_pieces, self.input_pieces),
+            "cross": (self.tgt_pieces, self.src_pieces),
+        }[self._kind(kind)]
+        if unit == "pieces":
+            return list(pieces[0]), list(pieces[1])
+        if unit != "words":
+            raise ValueError(f"unknown unit {unit!r}: use words or pieces")
+        return words_of(pieces[0], word_groups(pieces[0])), words_of(
+            pieces[1], word_groups(pieces[1])
+        )
+
+    def view(self, kind: str, unit: str = "words") -> Tensor:
+        """The ``kind`` map in ``unit`` (``words`` or ``pieces``): (L, H, rows, keys)."""
+        if unit == "pieces":
+            return self.pieces(kind)
+        if unit != "words":
+            raise ValueError(f"unknown unit {unit!r}: use words or pieces")
+        return self.words(kind)
+
+    @staticmethod
+    def _kind(kind: str) -> str:
         if kind not in KINDS:
             raise ValueError(f"unknown attention {kind!r}: use encoder, decoder or cross")
-        return getattr(self, kind)
+        return kind
+
+    def pieces(self, kind: str) -> Tensor:
+        """``encoder | decoder | cross`` -> its (L, H, rows, keys) piece-level weights."""
+        return getattr(self, self._kind(kind))
 
     def words(self, kind: str = "cross") -> Tensor:
         """The ``kind`` map at word level: (L, H, rows' words, keys' words)."""
         weights = self.pieces(kind)  # refuses an unknown kind
         src, tgt = word_groups(self.src_pieces), word_groups(self.tgt_pieces)
-        rows, cols = {"encoder": (src, src), "decoder": (tgt, tgt), "cross": (tgt, src)}[kind]
+        inputs = word_groups(self.input_pieces)  # decoder self-attention's keys
+        rows, cols = {"encoder": (src, src), "decoder": (tgt, inputs), "cross": (tgt, src)}[kind]
         return to_words(weights, rows, cols)
 
 

@@ -22,7 +22,7 @@ def save_pair_heatmaps(
     model: Transformer,
     tokenizer,
     src: str,
-    tgt: str | None,
+    tgt: str | list[int] | None,
     stem: Path,
     layer: int = -1,
     formats: tuple[str, ...] = ("png",),
@@ -32,7 +32,8 @@ def save_pair_heatmaps(
     """Draw one pair's cross-attention: ``<stem>_layer<N>.<fmt>`` and ``<stem>_heads.<fmt>``.
 
     Args:
-        tgt: the target to teacher-force; None translates ``src`` greedily first.
+        tgt: the target to teacher-force (text, or piece ids without EOS, e.g. a beam
+            hypothesis); None translates ``src`` greedily first.
         layer: the decoder layer of the heads-averaged heatmap (1-based, or negative from the end).
         formats: file suffixes matplotlib understands, e.g. ``("png", "svg")``.
         heads: also draw the grid of every head of every layer.

@@ -1,0 +1,197 @@
+"""The attention explorer: a local Gradio page over ``Explorer`` (``scripts/explore.py RUN``).
+
+Type or pick a source sentence; translate it greedily or with beam search (any of the n-best)
+or teacher-force a given target; look at cross-, decoder self- and encoder self-attention of
+any layer and head (or their mean) in words or pieces, hover a cell for its two words and
+weight; see the hard alignment as lines and each word's entropy and coverage. Bad input is
+shown on the page as a message. Gradio and Plotly come with the ``app`` extra.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import gradio as gr
+
+from transformer_mt.app.session import Explorer, Hypothesis, parse_head
+from transformer_mt.errors import UserError
+
+log = logging.getLogger(__name__)
+MODES = ("translate", "teacher-force")
+KINDS = ("cross", "decoder", "encoder")
+UNITS = ("words", "pieces")
+
+
+class _Runs:
+    """Loaded runs by path, shared by every page session (a model is loaded once)."""
+
+    def __init__(self, average_last: int = 1) -> None:
+        self.average_last = average_last
+        self.loaded: dict[str, Explorer] = {}
+
+    def get(self, run_dir: str) -> Explorer:
+        key = str(Path(str(run_dir).strip()).expanduser())
+        if key not in self.loaded:
+            self.loaded[key] = Explorer(run_dir.strip(), self.average_last)
+        return self.loaded[key]
+
+
+def _error(err: Exception) -> str:
+    return f"**{err}**"
+
+
+def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
+    """The page, for ``run_dir`` (another run can be loaded from the page)."""
+    runs = _Runs(average_last)
+    first, message = None, ""
+    try:
+        first = runs.get(str(run_dir))
+    except UserError as err:
+        message = _error(err)
+    layers = [str(n) for n in range(1, (first.n_layers if first else 1) + 1)]
+    heads = ["mean", *(str(n) for n in range(1, (first.n_heads if first else 1) + 1))]
+    examples = first.examples() if first else []
+
+    with gr.Blocks(title="transformer-mt: attention explorer") as page:
+        gr.Markdown(
+            "## transformer-mt attention explorer\n"
+            "Translate a sentence (or teacher-force a target), then look at every layer and "
+            "head. Hover a cell for its two words and weight."
+        )
+        with gr.Row():
+            run_box = gr.Textbox(value=str(run_dir), label="run directory", elem_id="run", scale=5)
+            load = gr.Button("Load run", elem_id="load", scale=1)
+        note = gr.Markdown(message, elem_id="message")
+        with gr.Row():
+            with gr.Column(scale=3):
+                source = gr.Textbox(label="source sentence", lines=2, elem_id="source")
+                example = gr.Dropdown(
+                    choices=examples, value=None, label="examples", elem_id="examples"
+                )
+                mode = gr.Radio(list(MODES), value="translate", label="mode", elem_id="mode")
+                target = gr.Textbox(label="target (teacher-force mode)", lines=1, elem_id="target")
+                with gr.Row():
+                    beam = gr.Slider(1, 8, value=1, step=1, label="beam size (1: greedy)")
+                    n_best = gr.Slider(1, 8, value=1, step=1, label="n-best")
+                go = gr.Button("Translate", variant="primary", elem_id="go")
+            with gr.Column(scale=4):
+                translation = gr.Textbox(
+                    label="translation", interactive=False, elem_id="translation"
+                )
+                choice = gr.Radio(
+                    [], label="n-best: pick a hypothesis", type="index", elem_id="hypotheses"
+                )
+                timing = gr.Markdown(elem_id="timing")
+        with gr.Row():
+            kind = gr.Radio(list(KINDS), value="cross", label="attention", elem_id="kind")
+            layer = gr.Radio(layers, value=layers[-1], label="layer", elem_id="layer")
+            head = gr.Radio(heads, value="mean", label="head", elem_id="head")
+            unit = gr.Radio(list(UNITS), value="words", label="unit", elem_id="unit")
+        heatmap = gr.Plot(label="attention", elem_id="heatmap")
+        with gr.Row():
+            lines = gr.Plot(label="hard alignment", elem_id="alignment")
+            stats = gr.Plot(label="entropy and coverage", elem_id="stats")
+        # per page session: the run, the source ids, the hypotheses, the captured maps
+        state = gr.State(None)
+
+        views = [kind, layer, head, unit]
+        figures = [heatmap, lines, stats]
+
+        def draw(explorer: Explorer, pair, kind_, layer_, head_, unit_):
+            return explorer.figures(pair, kind_, int(layer_), parse_head(head_), unit_)
+
+        def on_translate(run, text, mode_, tgt, beam_, n_best_, *view):
+            import time
+
+            start = time.perf_counter()
+            try:
+                explorer = runs.get(run)
+                if mode_ == "teacher-force":
+                    src_ids, hyps = explorer.given(text, tgt)
+                else:
+                    src_ids, hyps = explorer.translate(
+                        text, int(beam_), min(int(n_best_), int(beam_))
+                    )
+                pair = explorer.attention(src_ids, hyps[0])
+                drawn = draw(explorer, pair, *view)
+            except UserError as err:
+                return (_error(err), gr.skip(), gr.skip(), gr.skip(), *[gr.skip()] * 3, gr.skip())
+            seconds = time.perf_counter() - start
+            labels = [h.label(n) for n, h in enumerate(hyps, 1)]
+            kept = {"run": run, "src_ids": src_ids, "hyps": hyps, "pair": pair}
+            how = "given target" if mode_ == "teacher-force" else f"beam {int(beam_)}"
+            return (
+                "",
+                hyps[0].text,
+                gr.Radio(choices=labels, value=labels[0]),
+                f"{how}: {seconds * 1000:.0f} ms (translation, attention, figures)",
+                *drawn,
+                kept,
+            )
+
+        def on_pick(kept, index, *view):
+            if not kept or index is None:
+                return ("", gr.skip(), *[gr.skip()] * 3, gr.skip())
+            try:
+                explorer = runs.get(kept["run"])
+                hyp: Hypothesis = kept["hyps"][index]
+                pair = explorer.attention(kept["src_ids"], hyp)
+                drawn = draw(explorer, pair, *view)
+            except UserError as err:
+                return (_error(err), gr.skip(), *[gr.skip()] * 3, gr.skip())
+            return ("", hyp.text, *drawn, {**kept, "pair": pair})
+
+        def on_view(kept, *view):
+            if not kept:
+                return ("", *[gr.skip()] * 3)
+            try:
+                return ("", *draw(runs.get(kept["run"]), kept["pair"], *view))
+            except UserError as err:
+                return (_error(err), *[gr.skip()] * 3)
+
+        def on_load(run):
+            try:
+                explorer = runs.get(run)
+            except UserError as err:
+                return (_error(err), gr.skip(), gr.skip(), gr.skip(), None)
+            new_layers = [str(n) for n in range(1, explorer.n_layers + 1)]
+            new_heads = ["mean", *(str(n) for n in range(1, explorer.n_heads + 1))]
+            return (
+                f"loaded {explorer.run_dir}: {explorer.n_layers} layers x {explorer.n_heads} heads",
+                gr.Radio(choices=new_layers, value=new_layers[-1]),
+                gr.Radio(choices=new_heads, value="mean"),
+                gr.Dropdown(choices=explorer.examples(), value=None),
+                None,
+            )
+
+        inputs = [run_box, source, mode, target, beam, n_best, *views]
+        outputs = [note, translation, choice, timing, *figures, state]
+        go.click(on_translate, inputs, outputs)
+        source.submit(on_translate, inputs, outputs)
+        example.input(lambda text: text, [example], [source])
+        choice.input(on_pick, [state, choice, *views], [note, translation, *figures, state])
+        for control in views:
+            control.input(on_view, [state, *views], [note, *figures])
+        load.click(on_load, [run_box], [note, layer, head, example, state])
+    return page
+
+
+def launch(
+    run_dir: str | Path,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    average_last: int = 1,
+    block: bool = True,
+) -> gr.Blocks:
+    """Build the page and serve it; ``block=False`` returns at once (tests; ``page.close()``)."""
+    page = build_app(run_dir, average_last)
+    page.launch(
+        server_name=host,
+        server_port=port,
+        prevent_thread_lock=not block,
+        inbrowser=False,
+        quiet=not block,
+        show_error=False,
+    )
+    return page

@@ -1,0 +1,209 @@
+"""What the attention explorer does, without the web page: load a run, translate (greedy or
+beam, n-best) or take a given target, capture every attention map of the chosen hypothesis,
+and draw it. ``transformer_mt.app.explorer`` puts a Gradio page on top; tests drive this
+class directly as well as through a browser.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import Tensor
+
+from transformer_mt.analysis.capture import PairAttention, pair_attention
+from transformer_mt.checkpoint import load_model, run_data_config
+from transformer_mt.decoding import DecodeConfig
+from transformer_mt.decoding.text import translate
+from transformer_mt.errors import UserError
+
+# The demo corpus's showcases: crossing adjectives, gender/number agreement, contractions.
+DEMO_EXAMPLES = [
+    "el gato negro duerme en casa",
+    "las mujeres enormes van a los árboles bonitos",
+    "la hermana juega debajo del sombrero",
+    "mi amigo va al parque",
+    "los ratones negros bailan",
+]
+KIND_NAMES = {
+    "cross": "cross-attention (target <- source)",
+    "decoder": "decoder self-attention (target <- target so far)",
+    "encoder": "encoder self-attention (source <- source)",
+}
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    text: str
+    tokens: list[int]  # target piece ids, without BOS/EOS
+    score: float  # beam search's length-normalised log-probability; 0.0 greedy or given
+
+    def label(self, rank: int) -> str:
+        return f"{rank}. {self.text}" + (f"   ({self.score:.3f})" if self.score else "")
+
+
+class Explorer:
+    """One trained run, loaded once; every method is safe to call from several page sessions."""
+
+    def __init__(self, run_dir: str | Path, average_last: int = 1) -> None:
+        if not str(run_dir).strip():
+            raise UserError("no run directory given: type the path of a run of scripts/train.py")
+        self.run_dir = Path(run_dir).expanduser()
+        if not self.run_dir.exists():
+            raise UserError(
+                f"{self.run_dir} does not exist: give a run directory of scripts/train.py"
+            )
+        try:
+            self.model, self.tokenizer, _ = load_model(self.run_dir, average_last=average_last)
+        except FileNotFoundError as err:  # not a run directory: say so, in our words
+            raise UserError(str(err)) from None
+        self.model.eval()
+
+    @property
+    def n_layers(self) -> int:
+        return self.model.cfg.n_layers
+
+    @property
+    def n_heads(self) -> int:
+        return self.model.cfg.n_heads
+
+    def examples(self, limit: int = 8, max_words: int = 20) -> list[str]:
+        """Example sources: the run's ``data.example``, the demo's showcases for a demo run,
+        then validation sentences of at most ``max_words`` words (demo and local data)."""
+        found: list[str] = []
+        try:
+            data = run_data_config(self.run_dir)
+        except (UserError, OSError, ValueError):  # a bare checkpoint file: no data config
+            return found
+        if data.example:
+            found.append(data.example)
+        if data.source == "demo":
+            found += DEMO_EXAMPLES
+        found += self._validation_sources(data, limit, max_words)
+        unique = list(dict.fromkeys(s for s in found if s.strip()))
+        return unique[:limit]
+
+    @staticmethod
+    def _validation_sources(data, limit: int, max_words: int) -> list[str]:
+        """The first short validation sources, where they can be read without a download."""
+        try:
+            if data.source == "demo":
+                from transformer_mt.data.dataset import demo_files
+
+                with open(demo_files(data)["valid"], encoding="utf-8") as f:
+                    sources = (json.loads(line)["src"] for line in f)
+                    return [s for _, s in zip(range(200), sources) if len(s.split()) <= max_words][
+                        :limit
+                    ]
+            if data.source == "local" and not data.holdout:
+                from transformer_mt.data.dataset import _open_text
+
+                path = Path(data.split_files()["valid"][0])
+                with _open_text(path) as f:
+                    lines = (line.decode("utf-8", "replace").strip() for line in f)
+                    return [
+                        s for _, s in zip(range(200), lines) if 0 < len(s.split()) <= max_words
+                    ][:limit]
+        except (OSError, KeyError, IndexError, UserError, ValueError):
+            pass
+        return []
+
+    def _ids(self, text: str, side: str) -> list[int]:
+        """Piece ids of ``text`` (no EOS); empty text or text over the positions is refused."""
+        if not text or not text.strip():
+            raise UserError(f"the {side} is empty: type a sentence")
+        ids = self.tokenizer.encode([text])[0]
+        limit = self.model.cfg.max_positions - 1  # EOS takes a position
+        if len(ids) > limit:
+            raise UserError(
+                f"the {side} has {len(ids)} pieces; this model reads at most {limit} "
+                f"(max_positions={self.model.cfg.max_positions}, EOS included): shorten it"
+            )
+        return ids
+
+    def translate(
+        self, source: str, beam_size: int = 1, n_best: int = 1, alpha: float = 0.6
+    ) -> tuple[list[int], list[Hypothesis]]:
+        """The source's piece ids and its ``n_best`` translations (greedy when beam_size is 1)."""
+        beam_size, n_best = int(beam_size), int(n_best)
+        if beam_size < 1:
+            raise UserError(f"beam size {beam_size}: use 1 (greedy) or more")
+        if not 1 <= n_best <= beam_size:
+            raise UserError(f"n-best {n_best}: use 1 to the beam size ({beam_size})")
+        src_ids = self._ids(source, "source")
+        cfg = DecodeConfig(beam_size=beam_size, length_penalty=alpha, batch_size=1)
+        found = translate(self.model, self.tokenizer, [source], cfg, n_best, long_inputs="error")[0]
+        return src_ids, [Hypothesis(t.text, list(t.tokens), float(t.score)) for t in found]
+
+    def given(self, source: str, target: str) -> tuple[list[int], list[Hypothesis]]:
+        """Teacher forcing: the source's ids and the given target as the one hypothesis."""
+        src_ids = self._ids(source, "source")
+        tgt_ids = self._ids(target, "target")
+        return src_ids, [Hypothesis(self.tokenizer.decode([tgt_ids])[0], tgt_ids, 0.0)]
+
+    def attention(self, src_ids: list[int], hypothesis: Hypothesis) -> PairAttention:
+        """Every attention map of the source and one hypothesis (teacher-forced on it)."""
+        if len(hypothesis.tokens) + 1 > self.model.cfg.max_positions:
+            raise UserError("the hypothesis is longer than the model's positions")
+        return pair_attention(self.model, self.tokenizer, src_ids, hypothesis.tokens)
+
+    def figures(self, pair: PairAttention, kind: str, layer: int, head: int | None, unit: str):
+        """The heatmap of ``kind`` for one layer (1-based) and head (1-based, None: the mean),
+        in words or pieces; the hard alignment as lines; entropy and coverage (both from
+        cross-attention of the same layer and head, in words)."""
+        from transformer_mt.viz.interactive import (
+            alignment_lines,
+            attention_heatmap,
+            entropy_and_coverage,
+        )
+
+        if not 1 <= layer <= self.n_layers:
+            raise UserError(f"layer {layer}: this model has layers 1..{self.n_layers}")
+        if head is not None and not 1 <= head <= self.n_heads:
+            raise UserError(f"head {head}: this model has heads 1..{self.n_heads}")
+        which = f"layer {layer}, " + ("heads averaged" if head is None else f"head {head}")
+        rows, cols = pair.labels(kind, unit)
+        weights = _pick(pair.view(kind, unit), layer, head)
+        row_name, col_name = {
+            "cross": ("target", "source"),
+            "decoder": ("target", "decoder input"),
+            "encoder": ("source", "source"),
+        }[kind]
+        heatmap = attention_heatmap(
+            weights, rows, cols, f"{KIND_NAMES[kind]}, {which}", row_name, col_name
+        )
+        cross = _pick(pair.words("cross"), layer, head)  # (W_tgt, W_src), EOS last on both
+        src_words, tgt_words = pair.src_words, pair.tgt_words
+        inner = cross[:-1, :-1]  # links join real words: no EOS row or column
+        links = {}
+        if inner.numel():
+            best = inner.argmax(dim=-1)
+            links = {(int(i), j): float(inner[j, i]) for j, i in enumerate(best.tolist())}
+        lines = alignment_lines(
+            links,
+            src_words[:-1],
+            tgt_words[:-1],
+            f"hard alignment: each target word to its most attended source word ({which})",
+        )
+        stats = entropy_and_coverage(cross, src_words, tgt_words, f"cross-attention, {which}")
+        return heatmap, lines, stats
+
+
+def _pick(weights: Tensor, layer: int, head: int | None) -> Tensor:
+    """(L, H, rows, keys) -> one layer's (rows, keys): one head, or the heads averaged."""
+    chosen = weights[layer - 1]
+    return chosen.mean(dim=0) if head is None else chosen[head - 1]
+
+
+def parse_head(text: str | None) -> int | None:
+    """The page's head choice: ``mean`` -> None, ``"2"`` -> 2."""
+    if text is None or text == "mean":
+        return None
+    if not re.fullmatch(r"\d+", str(text)):
+        raise UserError(f"head {text!r}: choose mean or a head number")
+    return int(text)
+
+
+__all__ = ["DEMO_EXAMPLES", "Explorer", "Hypothesis", "parse_head"]
