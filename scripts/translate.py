@@ -52,6 +52,13 @@ def main() -> None:
     )
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty α (default: 0.6)")
     parser.add_argument(
+        "--length-norm",
+        choices=["gnmt", "power"],
+        default="gnmt",
+        help="beam scores divided by ((5 + |Y|) / 6)^α (gnmt, the paper's) or |Y|^α (power: "
+        "CTranslate2's)",
+    )
+    parser.add_argument(
         "--n-best", type=int, default=1, help="translations per line (at most --beam)"
     )
     parser.add_argument(
@@ -68,6 +75,13 @@ def main() -> None:
         "--alignments", action="store_true", help="append source-target word alignments"
     )
     parser.add_argument(
+        "--engine",
+        choices=["torch", "ct2"],
+        default="torch",
+        help="torch (this package) or ct2: CTranslate2 with an export of scripts/export_ct2.py",
+    )
+    parser.add_argument("--ct2-dir", type=Path, help="the CTranslate2 export (default: RUN/ct2)")
+    parser.add_argument(
         "--head",
         default="-1",
         help="--alignments from L:H (1-based; negative from the end), L (heads averaged), or "
@@ -77,10 +91,18 @@ def main() -> None:
     if args.n_best > args.beam:
         parser.error(f"--n-best {args.n_best} cannot exceed --beam {args.beam}")
 
+    lines = read_lines(args.input)
+    cfg = DecodeConfig(
+        beam_size=args.beam,
+        length_penalty=args.alpha,
+        length_norm=args.length_norm,
+        batch_size=args.batch_size,
+    )
+    if args.engine == "ct2":
+        translate_ct2(args, lines, cfg)
+        return
     model, tokenizer, _ = load_model(args.run, average_last=args.average_last)
     layer, head, shift = resolve_head(args.head, args.run, model.cfg.n_layers, model.cfg.n_heads)
-    lines = read_lines(args.input)
-    cfg = DecodeConfig(beam_size=args.beam, length_penalty=args.alpha, batch_size=args.batch_size)
     try:
         results = translate(
             model, tokenizer, lines, cfg, n_best=args.n_best, long_inputs=args.long_inputs
@@ -94,6 +116,28 @@ def main() -> None:
                 src_ids = tokenizer.encode([source])[0][: model.cfg.max_positions - 1]
                 links = translation_links(
                     model, tokenizer, src_ids, option.tokens, layer, head, shift
+                )
+                text += " ||| " + format_pharaoh(links)
+            print(f"{number} ||| {text} ||| {option.score:.4f}" if args.n_best > 1 else text)
+
+
+def translate_ct2(args: argparse.Namespace, lines: list[str], cfg: DecodeConfig) -> None:
+    """The same output from CTranslate2; --alignments from the attention it returns (its last
+    layer, heads averaged: --head is not available there)."""
+    from transformer_mt.deploy.ct2 import CT2Translator, attention_links
+
+    if args.alignments and args.head != "-1":
+        raise SystemExit("error: --engine ct2 aligns with the last layer's heads averaged only")
+    engine = CT2Translator(args.ct2_dir or Path(args.run) / "ct2")
+    found = engine.translate(lines, cfg, args.n_best, args.long_inputs, attention=args.alignments)
+    results, weights = found if args.alignments else (found, None)
+    for number, (source, options) in enumerate(zip(lines, results)):
+        for k, option in enumerate(options):
+            text = option.text
+            if args.alignments and option.tokens:
+                src_ids = engine.tokenizer.encode([source])[0][: engine.max_positions - 1]
+                links = attention_links(
+                    engine.tokenizer, src_ids, option.tokens, weights[number][k]
                 )
                 text += " ||| " + format_pharaoh(links)
             print(f"{number} ||| {text} ||| {option.score:.4f}" if args.n_best > 1 else text)

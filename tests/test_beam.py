@@ -109,3 +109,13 @@ def test_cached_and_uncached_beam_search_agree(model: Transformer) -> None:
 def test_n_best_over_beam_is_a_clear_error(model: Transformer) -> None:
     with pytest.raises(ValueError, match="n_best=5 must be between 1 and the beam size 4"):
         beam_search(model, SRC, beam_size=4, n_best=5)
+
+
+def test_length_normalisations_by_hand() -> None:
+    from transformer_mt.decoding import length_penalty
+
+    assert length_penalty(7, 0.6) == pytest.approx((12 / 6) ** 0.6)  # GNMT: ((5 + |Y|) / 6)^α
+    assert length_penalty(7, 0.6, "power") == pytest.approx(7**0.6)  # CTranslate2: |Y|^α
+    assert length_penalty(7, 0.0, "power") == 1.0
+    with pytest.raises(ValueError, match="unknown length normalisation 'linear'"):
+        length_penalty(7, 0.6, "linear")

@@ -1,6 +1,6 @@
 """The attention explorer (issue #13): its session logic, bertviz HTML, and the page in Chromium.
 
-A tiny demo model (2 layers x 2 heads, trained for seconds) is enough for every check here;
+A small demo model (2 layers x 4 heads, trained for a minute; conftest's demo_run) is enough;
 TRANSFORMER_MT_EXPLORER_RUN=<run> points the browser test at a real run instead (the README's
 screenshot is taken that way, with TRANSFORMER_MT_SCREENSHOT=docs/explorer.png).
 """
@@ -23,7 +23,7 @@ import torch
 
 from transformer_mt.errors import UserError
 
-from .conftest import CONF, ROOT
+from .conftest import ROOT
 
 pytest.importorskip("gradio", reason='the explorer needs the app extra: pip install -e ".[app]"')
 pytestmark = pytest.mark.slow  # every test here needs a trained run
@@ -31,32 +31,10 @@ SOURCE = "el gato negro duerme en casa"
 
 
 @pytest.fixture(scope="module")
-def explorer_run(tmp_path_factory) -> Path:
-    from hydra import compose, initialize_config_dir
-
-    from transformer_mt.train import run
-
+def explorer_run(demo_run) -> Path:
+    """The shared demo run (conftest), or TRANSFORMER_MT_EXPLORER_RUN=<run> (the README's shot)."""
     given = os.environ.get("TRANSFORMER_MT_EXPLORER_RUN")
-    if given:
-        return Path(given)
-    tmp = tmp_path_factory.mktemp("explorer")
-    overrides = [
-        f"output_dir={tmp / 'out'}",
-        f"data.cache_dir={tmp / 'cache'}",
-        "data.train_size=600",
-        "data.valid_size=20",
-        "data.test_size=20",
-        "data.vocab_size=300",
-        "model.n_layers=2",
-        "model.d_model=32",
-        "model.d_ff=64",
-        "model.n_heads=2",
-        "trainer.max_epochs=1",
-        "trainer.enable_progress_bar=false",
-    ]
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        run(compose("train", overrides=overrides))
-    return tmp / "out"
+    return Path(given) if given else demo_run
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +108,7 @@ def test_bad_input_is_a_message_naming_the_problem(explorer, tmp_path) -> None:
     pair = explorer.attention(src_ids, hyps[0])
     with pytest.raises(UserError, match="layer 3: this model has layers 1..2"):
         explorer.figures(pair, "cross", 3, None, "words")
-    with pytest.raises(UserError, match="head 5: this model has heads 1..2"):
+    with pytest.raises(UserError, match="head 5: this model has heads 1..4"):
         explorer.figures(pair, "cross", 1, 5, "words")
     with pytest.raises(UserError, match="no checkpoint at"):
         Explorer(tmp_path)

@@ -25,18 +25,27 @@ def evaluate(cfg: DictConfig) -> dict:
     check_keys(cfg)
     run_dir, out = Path(cfg.run_dir), Path(cfg.output_dir)
     data_cfg = run_data_config(run_dir)
-    model, tokenizer, sources = load_model(
-        cfg.ckpt.path or run_dir, average_last=cfg.ckpt.average_last
-    )
     decode: DecodeConfig = OmegaConf.to_object(cfg.decode)
+    if decode.engine == "ct2":
+        from transformer_mt.deploy.ct2 import CT2Translator
+
+        engine = CT2Translator(decode.ct2_dir or run_dir / "ct2")
+        sources = [Path(p) for p in engine.info["checkpoints"]]
+    else:
+        model, tokenizer, sources = load_model(
+            cfg.ckpt.path or run_dir, average_last=cfg.ckpt.average_last
+        )
 
     split = load_corpus(data_cfg)[cfg.split]
     if cfg.limit is not None:
         split = split.select(range(min(cfg.limit, len(split))))
     started = time.perf_counter()
-    results = translate(
-        model, tokenizer, list(split["src"]), decode, long_inputs=cfg.long_inputs, progress=True
-    )
+    if decode.engine == "ct2":
+        results = engine.translate(list(split["src"]), decode, long_inputs=cfg.long_inputs)
+    else:
+        results = translate(
+            model, tokenizer, list(split["src"]), decode, long_inputs=cfg.long_inputs, progress=True
+        )
     seconds = time.perf_counter() - started
     hyps, refs = [r[0].text for r in results], list(split["tgt"])
 
@@ -56,7 +65,7 @@ def evaluate(cfg: DictConfig) -> dict:
     }
     lines = [
         f"{cfg.split} of {data_cfg.name}, {len(hyps)} sentences, beam {decode.beam_size}, "
-        f"α {decode.length_penalty}, {len(sources)} checkpoint(s):",
+        f"α {decode.length_penalty}, {len(sources)} checkpoint(s), engine {decode.engine}:",
         f"  SacreBLEU: {bleu.text}",
         f"  signature: {bleu.signature}",
         f"  {chrf.text}",

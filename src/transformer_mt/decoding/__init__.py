@@ -30,5 +30,13 @@ def decode_batch(model: Transformer, src: Tensor, cfg: DecodeConfig) -> list[lis
     """The best translation (token ids, no BOS/EOS) of every sentence in ``src`` (B, S)."""
     if cfg.beam_size == 1:
         return greedy_decode(model, src, cfg.max_len_a, cfg.max_len_b)
-    hyps = beam_search(model, src, cfg.beam_size, cfg.length_penalty, cfg.max_len_a, cfg.max_len_b)
+    hyps = beam_search(
+        model,
+        src,
+        cfg.beam_size,
+        cfg.length_penalty,
+        cfg.max_len_a,
+        cfg.max_len_b,
+        length_norm=cfg.length_norm,
+    )
     return [h[0].tokens for h in hyps]

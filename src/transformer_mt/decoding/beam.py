@@ -24,9 +24,20 @@ class Hypothesis:
     score: float  # logprob / length_penalty(len(tokens) + 1): what the search ranks by
 
 
-def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
-    """lp(Y) = ((5 + |Y|) / 6)^α (Wu et al. 2016), |Y| counting EOS; α = 0 means no normalisation."""
-    return ((5 + length) / 6) ** alpha
+LENGTH_NORMS = ("gnmt", "power")
+
+
+def length_penalty(length: int | Tensor, alpha: float, norm: str = "gnmt") -> float | Tensor:
+    """lp(Y), |Y| counting EOS; α = 0 means no normalisation.
+
+    ``gnmt``: ((5 + |Y|) / 6)^α (Wu et al. 2016; the paper's α 0.6). ``power``: |Y|^α, what
+    CTranslate2 and fairseq's ``lenpen`` divide by.
+    """
+    if norm == "gnmt":
+        return ((5 + length) / 6) ** alpha
+    if norm == "power":
+        return length**alpha
+    raise ValueError(f"unknown length normalisation {norm!r}: use gnmt or power")
 
 
 @dataclass
@@ -49,6 +60,7 @@ def beam_search(
     min_len: int = 0,
     n_best: int = 1,
     use_cache: bool = True,
+    length_norm: str = "gnmt",
 ) -> list[list[Hypothesis]]:
     """The ``n_best`` best translations of every sentence, best first.
 
@@ -61,12 +73,15 @@ def beam_search(
     Args:
         src: (B, S) padded, EOS-terminated source ids.
         alpha: the length penalty's α.
+        length_norm: ``gnmt`` or ``power`` (see ``length_penalty``): how finished
+            hypotheses are ranked.
         max_len_a, max_len_b, min_len: as in ``greedy_decode``.
 
     Returns:
         B lists of at most ``n_best`` hypotheses, sorted by score.
     """
     B, K = src.size(0), beam_size
+    length_penalty(1, alpha, length_norm)  # refuses an unknown normalisation before any work
     if not 1 <= n_best <= K:
         raise ValueError(f"n_best={n_best} must be between 1 and the beam size {K}")
     state = DecoderState(model, src, expand=K, use_cache=use_cache)
@@ -85,7 +100,7 @@ def beam_search(
             logprobs, step, min_len, limit[beams.sentence].repeat_interleave(K)
         )
         top_scores, parent, token = _top_candidates(beams.scores, logprobs, K)  # 3 x (n, 2K)
-        _finish(beams, top_scores[:, :K], parent[:, :K], token[:, :K], alpha, finished)
+        _finish(beams, top_scores[:, :K], parent[:, :K], token[:, :K], alpha, length_norm, finished)
         live = _select_live(beams, top_scores, parent, token, K, step, limit, finished)
         if live is None:
             break
@@ -104,7 +119,13 @@ def _top_candidates(scores: Tensor, logprobs: Tensor, K: int) -> tuple[Tensor, T
 
 
 def _finish(
-    beams: _Beams, scores: Tensor, parent: Tensor, token: Tensor, alpha: float, finished: list
+    beams: _Beams,
+    scores: Tensor,
+    parent: Tensor,
+    token: Tensor,
+    alpha: float,
+    length_norm: str,
+    finished: list,
 ) -> None:
     """Record the EOS candidates among the top K as finished hypotheses (at most K per sentence)."""
     K = scores.size(1)
@@ -115,7 +136,9 @@ def _finish(
             tokens = beams.prefix[r * K + int(parent[r, c]), 1:].tolist()
             logprob = float(scores[r, c])
             hyps.append(
-                Hypothesis(tokens, logprob, logprob / length_penalty(len(tokens) + 1, alpha))
+                Hypothesis(
+                    tokens, logprob, logprob / length_penalty(len(tokens) + 1, alpha, length_norm)
+                )
             )
 
 

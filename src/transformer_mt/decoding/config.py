@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+ENGINES = ("torch", "ct2")
+
 
 @dataclass
 class DecodeConfig:
@@ -11,6 +13,21 @@ class DecodeConfig:
 
     beam_size: int = 1  # 1 = greedy
     length_penalty: float = 0.6  # α of ((5 + |Y|) / 6)^α
+    length_norm: str = "gnmt"  # gnmt: ((5 + |Y|) / 6)^α; power: |Y|^α (CTranslate2's, fairseq's)
     max_len_a: float = 1.0  # max output length = a · |X| + b
     max_len_b: int = 50
     batch_size: int = 128  # sentences decoded at once
+    # scripts/evaluate.py and translate.py: "torch" (this package's search) or "ct2" (CTranslate2,
+    # an export of scripts/export_ct2.py: ct2_dir, default <run_dir>/ct2; pip install -e ".[ct2]")
+    engine: str = "torch"
+    ct2_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            from transformer_mt.errors import UserError
+
+            raise UserError(f"decode.engine={self.engine!r}: use torch or ct2")
+        if self.length_norm not in ("gnmt", "power"):
+            from transformer_mt.errors import UserError
+
+            raise UserError(f"decode.length_norm={self.length_norm!r}: use gnmt or power")

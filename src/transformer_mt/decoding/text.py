@@ -90,6 +90,7 @@ def translate(
                 cfg.max_len_a,
                 cfg.max_len_b,
                 n_best=n_best,
+                length_norm=cfg.length_norm,
             )
             hyps = [[(h.tokens, h.score) for h in hs] for hs in found]
         for i, options in zip(chunk, hyps):

@@ -1,0 +1,1 @@
+"""Deployment: exporting a trained run to other inference engines (``ct2``: CTranslate2)."""
