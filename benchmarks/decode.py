@@ -1,55 +1,61 @@
-"""Cached against uncached decoding: sentences/s of greedy and beam-4 search, and their ratios.
+"""Decoding speed on the same weights: ours (cached, uncached, int8) against CTranslate2 (fp32, int8).
 
     python benchmarks/decode.py [--sentences 100] [--length 25] [--vocab 8000] [--threads 2]
+    python benchmarks/decode.py --no-ct2          # without CTranslate2 (pip install -e ".[ct2]")
 
-A base-shape model (6+6 layers, d_model 512, FFN 2048, 8 heads) with random weights decodes
-one batch of source sentences of ``--length`` tokens; every output is forced to exactly
-``--length`` tokens (EOS is masked until then, then forced), so both decoders do the same work
-apart from what the cache saves. The uncached decoder re-runs the model's decoder forward over
-the whole prefix at every step (``use_cache=False``: self- and cross-attention K/V and the logits
-of every position recomputed), as toolkits' decoders without incremental state do. A stricter
-baseline is printed too: greedy prefix recomputation that projects only the last position to
-the vocabulary (the Annotated Transformer's loop). All figures come from one run on this
-machine, interleaved, best of the repeats, so the ratios are like for like.
+A base-shape model (6+6 layers, d_model 512, FFN 2048, 8 heads) with random weights decodes one
+batch of source sentences of ``--length`` tokens; every output is forced to exactly ``--length``
+tokens (EOS masked until then, then forced; CTranslate2 gets the same minimum and maximum), so
+every decoder does the same work. Greedy and beam search (``--beam``), each:
+
+- ours, cached: the KV cache (``use_cache=True``), fp32;
+- ours, cached, int8: the same after ``torch.ao.quantization.quantize_dynamic`` of every
+  ``nn.Linear`` (weights int8, activations quantized on the fly; ``decode.quantize=int8``);
+- ours, uncached: the decoder re-run over the whole prefix at every step, only the last
+  position sent through the output layer (the Annotated Transformer's loop; the stricter
+  baseline, for beam search as for greedy);
+- CTranslate2 fp32 and int8: ``scripts/export_ct2.py``'s conversion of the same weights, run
+  with the same number of threads.
+
+Sentences/s, and each one's ratio to CTranslate2 fp32 of the same search. All variants run
+interleaved in one process (best of ``--repeats``), so the ratios are like for like.
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
+import tempfile
 import time
+import warnings
+from pathlib import Path
 
 import torch
 from machine import describe  # benchmarks/machine.py
 
 from transformer_mt import Transformer, TransformerConfig
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from transformer_mt.decoding import beam_search, greedy_decode
+from transformer_mt.data.tokenizer import EOS_ID
+from transformer_mt.decoding import beam_search, greedy_decode, quantize_for_decoding
 
 
-def timed(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+def ct2_translators(model: Transformer, folder: str, threads: int) -> dict:
+    """The model exported to CTranslate2 twice (fp32, int8), loaded with ``threads`` threads."""
+    import ctranslate2
 
+    from transformer_mt.deploy.ct2 import ct2_spec
 
-@torch.inference_mode()
-def greedy_last_position_only(model: Transformer, src: torch.Tensor, n: int) -> list[list[int]]:
-    """Greedy prefix recomputation that sends only the last decoder state through the output layer."""
-    memory, mask = model.encode(src)
-    prefix = torch.full((src.size(0), 1), BOS_ID)
-    for step in range(n + 1):
-        # No self mask: the causal kernel, as Transformer.decode runs teacher-forced prefixes.
-        states, _, _ = model.decoder(prefix, memory, mask, None)  # (B, t, D)
-        logprobs = model.generator(states[:, -1]).log_softmax(-1)  # (B, V)
-        logprobs[:, [PAD_ID, BOS_ID]] = -torch.inf
-        if step < n:
-            logprobs[:, EOS_ID] = -torch.inf
-        prefix = torch.cat([prefix, logprobs.argmax(-1, keepdim=True)], dim=1)
-    return prefix[:, 1:-1].tolist()
+    pieces = ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4, model.cfg.vocab_size)]
+    out = {}
+    for name, quantization in (("fp32", None), ("int8", "int8")):
+        spec = ct2_spec(model, pieces)
+        spec.validate()
+        spec.optimize(quantization=quantization)
+        path = Path(folder) / name
+        path.mkdir()
+        spec.save(str(path))
+        out[name] = ctranslate2.Translator(
+            str(path), device="cpu", compute_type=quantization or "float32", intra_threads=threads
+        )
+    return out
 
 
 def main() -> None:
@@ -66,53 +72,85 @@ def main() -> None:
     parser.add_argument(
         "--repeats", type=int, default=2, help="rounds over all variants; the best counts"
     )
+    parser.add_argument("--no-ct2", action="store_true", help="leave CTranslate2 out")
+    parser.add_argument("--no-uncached", action="store_true", help="leave the slow baseline out")
     args = parser.parse_args()
     print(describe())
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
     model = Transformer(TransformerConfig(name="base", vocab_size=args.vocab)).eval()
+    with warnings.catch_warnings():  # torch.ao.quantization's deprecation notices
+        warnings.simplefilter("ignore")
+        quantized = quantize_for_decoding(model, "int8")
     src = torch.randint(4, args.vocab, (args.sentences, args.length))
     src[:, -1] = EOS_ID
     n = args.length  # exactly n output tokens: no EOS before, only EOS after
     common = dict(max_len_a=0.0, max_len_b=n, min_len=n)
+    tmp = tempfile.TemporaryDirectory()
+    ct2 = {} if args.no_ct2 else ct2_translators(model, tmp.name, args.threads)
+    pieces = [[f"w{i}" for i in row[:-1].tolist()] for row in src]  # EOS: add_source_eos
 
-    def greedy(use_cache: bool) -> None:
-        out = greedy_decode(model, src, use_cache=use_cache, **common)
-        assert all(len(o) == n for o in out)
+    def ours(net: Transformer, beam: int, use_cache: bool = True):
+        def run() -> None:
+            if beam == 1:
+                out = greedy_decode(net, src, use_cache=use_cache, **common)
+                assert all(len(o) == n for o in out)
+            else:
+                found = beam_search(
+                    net, src, beam_size=beam, alpha=0.6, use_cache=use_cache, **common
+                )
+                assert all(len(h[0].tokens) == n for h in found)
 
-    def beam(use_cache: bool) -> None:
-        out = beam_search(model, src, beam_size=args.beam, alpha=0.6, use_cache=use_cache, **common)
-        assert all(len(h[0].tokens) == n for h in out)
+        return run
 
+    def theirs(name: str, beam: int):
+        def run() -> None:
+            found = ct2[name].translate_batch(
+                pieces,
+                beam_size=beam,
+                max_decoding_length=n,
+                min_decoding_length=n,
+                max_input_length=0,
+                suppress_sequences=[["<pad>"], ["<s>"]],
+            )
+            assert all(len(r.hypotheses[0]) == n for r in found)
+
+        return run
+
+    runs: dict[tuple[str, str], object] = {}
+    for beam in (1, args.beam):
+        search = "greedy" if beam == 1 else f"beam {beam}"
+        runs[(search, "ours, cached, fp32")] = ours(model, beam)
+        runs[(search, "ours, cached, int8 (quantize_dynamic)")] = ours(quantized, beam)
+        if not args.no_uncached:
+            runs[(search, "ours, uncached (last position only), fp32")] = ours(model, beam, False)
+        for name in ct2:
+            runs[(search, f"CTranslate2 {name}")] = theirs(name, beam)
     print(
-        f"base shape, vocab {args.vocab}, {args.sentences} sentences x {args.length} tokens in one batch, "
-        f"outputs forced to {n} tokens; torch {torch.__version__}, {args.threads} threads, "
-        f"{platform.processor() or platform.machine()}"
+        f"base shape, vocab {args.vocab}, {args.sentences} sentences x {args.length} tokens in one "
+        f"batch, outputs forced to {n} tokens, {args.threads} threads"
+        + ("" if ct2 else "; CTranslate2 left out")
     )
-    runs = {
-        "greedy, cached": lambda: greedy(True),
-        "greedy, uncached": lambda: greedy(False),
-        "greedy, uncached, last position only": lambda: greedy_last_position_only(model, src, n),
-        f"beam {args.beam}, cached": lambda: beam(True),
-        f"beam {args.beam}, uncached": lambda: beam(False),
-    }
-    best = {name: float("inf") for name in runs}
+    best = {key: float("inf") for key in runs}
     for _ in range(args.repeats):  # interleaved, so load on the machine hits every variant alike
-        for name, fn in runs.items():
-            best[name] = min(best[name], timed(fn, 1))
-    rate = {name: args.sentences / seconds for name, seconds in best.items()}
-    for name in runs:
-        print(f"{name:<40} {rate[name]:8.2f} sentences/s")
-    greedy_cached, beam_cached = rate["greedy, cached"], rate[f"beam {args.beam}, cached"]
-    print(f"cached/uncached, greedy: {greedy_cached / rate['greedy, uncached']:.1f}x")
-    print(
-        f"cached/uncached, beam {args.beam}: {beam_cached / rate[f'beam {args.beam}, uncached']:.1f}x"
-    )
-    print(
-        f"cached/uncached, greedy, against last-position-only recomputation: "
-        f"{greedy_cached / rate['greedy, uncached, last position only']:.1f}x"
-    )
+        for key, fn in runs.items():
+            start = time.perf_counter()
+            fn()
+            best[key] = min(best[key], time.perf_counter() - start)
+    rate = {key: args.sentences / seconds for key, seconds in best.items()}
+    print(f"{'search':<8} {'decoder':<44} {'sentences/s':>12} {'vs CTranslate2 fp32':>20}")
+    for (search, name), value in rate.items():
+        reference = rate.get((search, "CTranslate2 fp32"))
+        ratio = f"{value / reference:.2f}x" if reference else "-"
+        print(f"{search:<8} {name:<44} {value:12.2f} {ratio:>20}")
+    if not args.no_uncached:
+        for beam in (1, args.beam):
+            search = "greedy" if beam == 1 else f"beam {beam}"
+            cached = rate[(search, "ours, cached, fp32")]
+            uncached = rate[(search, "ours, uncached (last position only), fp32")]
+            print(f"cached/uncached, {search}: {cached / uncached:.1f}x")
+    tmp.cleanup()
 
 
 if __name__ == "__main__":

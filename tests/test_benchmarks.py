@@ -5,6 +5,7 @@ The figures themselves are measured by running the scripts with their defaults (
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -60,6 +61,15 @@ def test_memory_reports_both_attention_paths() -> None:
 def test_decode_benchmark_runs_every_variant() -> None:
     out = _run("decode.py", "--sentences", "2", "--length", "3", "--vocab", "50", "--repeats", "1")
     assert "cached/uncached, greedy:" in out and "cached/uncached, beam 4:" in out
+    assert out.count("int8 (quantize_dynamic)") == 2
+    if importlib.util.find_spec("ctranslate2"):  # the same weights in CTranslate2, both searches
+        rows = [line for line in out.splitlines() if line.startswith(("greedy ", "beam 4 "))]
+        assert (
+            sum("CTranslate2 fp32" in r for r in rows)
+            == sum("CTranslate2 int8" in r for r in rows)
+            == 2
+        )
+        assert "1.00x" in out
 
 
 @needs_shared(SHARED / "multi30k_task1")

@@ -31,9 +31,9 @@ def tokenizer(tmp_path_factory):
 
 def _export(model, tokenizer, out):
     """Our export path for an in-memory model (export_ct2 reads a run directory)."""
-    from transformer_mt.deploy.ct2 import INFO_FILE, TOKENIZER_FILE, ct2_spec
+    from transformer_mt.deploy.ct2 import INFO_FILE, TOKENIZER_FILE, ct2_spec, vocabulary
 
-    spec = ct2_spec(model, tokenizer)
+    spec = ct2_spec(model, vocabulary(tokenizer))
     spec.validate()
     spec.optimize(quantization=None)
     out.mkdir()
@@ -89,11 +89,11 @@ def test_export_reproduces_the_log_probabilities_and_greedy_output_of_a_random_m
 
 
 def test_a_model_ctranslate2_cannot_represent_is_refused(tiny_cfg, tokenizer) -> None:
-    from transformer_mt.deploy.ct2 import ct2_spec
+    from transformer_mt.deploy.ct2 import ct2_spec, vocabulary
 
     model = Transformer(replace(tiny_cfg, vocab_size=tokenizer.vocab_size, d_k=4))
     with pytest.raises(UserError, match=r"model.d_k=4 differs from d_model/h=8"):
-        ct2_spec(model, tokenizer)
+        ct2_spec(model, vocabulary(tokenizer))
 
 
 @pytest.mark.slow  # trains the shared demo model and runs the command lines

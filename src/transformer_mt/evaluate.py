@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformer_mt.checkpoint import load_model, run_data_config
 from transformer_mt.config import DecodeConfig, check_keys
 from transformer_mt.data.dataset import load_corpus
-from transformer_mt.decoding import translate
+from transformer_mt.decoding import quantize_for_decoding, translate
 from transformer_mt.metrics import compound_split_bleu, corpus_bleu, corpus_chrf
 
 
@@ -35,6 +35,7 @@ def evaluate(cfg: DictConfig) -> dict:
         model, tokenizer, sources = load_model(
             cfg.ckpt.path or run_dir, average_last=cfg.ckpt.average_last
         )
+        model = quantize_for_decoding(model, decode.quantize)
 
     split = load_corpus(data_cfg)[cfg.split]
     if cfg.limit is not None:

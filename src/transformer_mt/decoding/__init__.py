@@ -11,6 +11,7 @@ from torch import Tensor
 from transformer_mt.decoding.beam import Hypothesis, beam_search, length_penalty
 from transformer_mt.decoding.config import DecodeConfig
 from transformer_mt.decoding.greedy import greedy_decode
+from transformer_mt.decoding.quantize import quantize_for_decoding
 from transformer_mt.decoding.text import Translation, translate
 from transformer_mt.model import Transformer
 
@@ -22,6 +23,7 @@ __all__ = [
     "decode_batch",
     "greedy_decode",
     "length_penalty",
+    "quantize_for_decoding",
     "translate",
 ]
 

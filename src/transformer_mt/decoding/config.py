@@ -21,12 +21,17 @@ class DecodeConfig:
     # an export of scripts/export_ct2.py: ct2_dir, default <run_dir>/ct2; pip install -e ".[ct2]")
     engine: str = "torch"
     ct2_dir: str | None = None
+    quantize: str | None = None  # torch engine on CPUs: int8 (dynamic quantization of every Linear)
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             from transformer_mt.errors import UserError
 
             raise UserError(f"decode.engine={self.engine!r}: use torch or ct2")
+        if self.quantize not in (None, "int8"):
+            from transformer_mt.errors import UserError
+
+            raise UserError(f"decode.quantize={self.quantize!r}: use int8 or null")
         if self.length_norm not in ("gnmt", "power"):
             from transformer_mt.errors import UserError
 

@@ -17,9 +17,10 @@ class DecoderState:
 
     With the cache (the default) each step feeds only the newest token: self-attention keys
     and values grow by one position and cross-attention K/V were projected once. Without it,
-    each step re-runs ``model.decode`` over the whole prefix (every position, cross-attention
-    K/V and logits included), as decoders without incremental state do; the benchmark compares
-    the two and a test pins their outputs together.
+    each step re-runs the decoder over the whole prefix (every position's states, cross-attention
+    K/V included) and sends only the last position through the output layer, as the Annotated
+    Transformer's loop does: the stricter uncached baseline, for greedy and beam search alike.
+    The benchmark compares the two and a test pins their outputs together.
     """
 
     def __init__(
@@ -36,9 +37,9 @@ class DecoderState:
         """Log-probabilities (B, V) of the next token after ``prefix`` (B, t), which starts with BOS."""
         if self.cache is not None:
             logprobs = self.model.decode_step(prefix[:, -1:], self.cache)
-        else:  # the model's full forward over the whole prefix, as a decoder without a cache runs it
-            logits = self.model.decode(prefix, self.memory, self.mask)  # (B, t, V)
-            logprobs = logits[:, -1].log_softmax(dim=-1)
+        else:  # the decoder over the whole prefix again; only its last position is scored
+            states, _, _ = self.model.decoder(prefix, self.memory, self.mask, None)  # (B, t, D)
+            logprobs = self.model.generator(states[:, -1]).log_softmax(dim=-1)  # (B, V)
         logprobs[:, PAD_ID] = -torch.inf  # never emit padding or BOS
         logprobs[:, BOS_ID] = -torch.inf
         return logprobs

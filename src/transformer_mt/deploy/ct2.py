@@ -101,8 +101,9 @@ def _inputs(spec, embed) -> None:
     spec.position_encodings.encodings = table.detach().float().cpu().numpy()
 
 
-def ct2_spec(model: Transformer, tokenizer: Tokenizer):
-    """The ``ctranslate2.specs.TransformerSpec`` of ``model``, its vocabulary registered."""
+def ct2_spec(model: Transformer, pieces: list[str]):
+    """The ``ctranslate2.specs.TransformerSpec`` of ``model``; ``pieces``: the joint
+    vocabulary by id (``vocabulary(tokenizer)``), registered for both sides."""
     ctranslate2 = require_ctranslate2()
     from ctranslate2.specs import common_spec, transformer_spec
 
@@ -135,16 +136,23 @@ def ct2_spec(model: Transformer, tokenizer: Tokenizer):
         _norm(encoder.layer_norm, model.encoder.final_norm)
         _norm(decoder.layer_norm, model.decoder.final_norm)
     _linear(decoder.projection, model.generator.weight, model.generator.bias)
-    pieces = [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.vocab_size)]
     expected = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
-    if any(pieces[i] != piece for i, piece in expected.items()):
-        raise UserError(f"{tokenizer.path}: special pieces {pieces[:4]} differ from {expected}")
+    if len(pieces) != cfg.vocab_size or any(pieces[i] != p for i, p in expected.items()):
+        raise UserError(
+            f"a vocabulary of {len(pieces)} pieces starting {pieces[:4]} does not fit a model of "
+            f"vocab_size={cfg.vocab_size} with special pieces {list(expected.values())}"
+        )
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)
     spec.config.add_source_eos = True  # our sources end with EOS; callers pass pieces only
     spec.config.decoder_start_token = "<s>"
     del ctranslate2
     return spec
+
+
+def vocabulary(tokenizer: Tokenizer) -> list[str]:
+    """The tokenizer's pieces by id: what CTranslate2 reads and writes."""
+    return [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.vocab_size)]
 
 
 def export_ct2(
@@ -165,7 +173,7 @@ def export_ct2(
 
     class _RunConverter(ctranslate2.converters.Converter):
         def _load(self):
-            return ct2_spec(model, tokenizer)
+            return ct2_spec(model, vocabulary(tokenizer))
 
     _RunConverter().convert(str(output_dir), quantization=quantization, force=True)
     shutil.copy(tokenizer.path, output_dir / TOKENIZER_FILE)
