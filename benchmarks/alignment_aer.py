@@ -54,8 +54,11 @@ def run_eflomal(gold: GoldSet, train_src: list[str], train_tgt: list[str]):
         import eflomal
     except ImportError:
         raise SystemExit('eflomal is not installed: pip install -e ".[align]"') from None
-    src = [" ".join(s.lower().split()) for s in gold.sources + train_src]
-    tgt = [" ".join(t.lower().split()) for t in gold.targets + train_tgt]
+    # a run trained with data.extra_train holds the gold sentences already: once is enough
+    known = set(zip(gold.sources, gold.targets))
+    kept = [(s, t) for s, t in zip(train_src, train_tgt) if (s, t) not in known]
+    src = [" ".join(s.lower().split()) for s in gold.sources + [s for s, _ in kept]]
+    tgt = [" ".join(t.lower().split()) for t in gold.targets + [t for _, t in kept]]
     with tempfile.TemporaryDirectory() as tmp:
         fwd, rev = f"{tmp}/fwd", f"{tmp}/rev"
         started = time.perf_counter()

@@ -20,7 +20,7 @@ from transformer_mt.analysis.alignment import format_pharaoh, translation_links
 from transformer_mt.analysis.report import resolve_head
 from transformer_mt.checkpoint import load_model
 from transformer_mt.cli import report_user_errors
-from transformer_mt.decoding import DecodeConfig, translate
+from transformer_mt.decoding import DecodeConfig, quantize_for_decoding, translate
 
 
 def read_lines(path: Path | None) -> list[str]:
@@ -82,6 +82,11 @@ def main() -> None:
     )
     parser.add_argument("--ct2-dir", type=Path, help="the CTranslate2 export (default: RUN/ct2)")
     parser.add_argument(
+        "--quantize",
+        choices=["int8"],
+        help="torch engine: dynamic int8 quantization of every Linear (CPU)",
+    )
+    parser.add_argument(
         "--head",
         default="-1",
         help="--alignments from L:H (1-based; negative from the end), L (heads averaged), or "
@@ -103,6 +108,7 @@ def main() -> None:
         return
     model, tokenizer, _ = load_model(args.run, average_last=args.average_last)
     layer, head, shift = resolve_head(args.head, args.run, model.cfg.n_layers, model.cfg.n_heads)
+    model = quantize_for_decoding(model, args.quantize)
     try:
         results = translate(
             model, tokenizer, lines, cfg, n_best=args.n_best, long_inputs=args.long_inputs

@@ -130,6 +130,11 @@ class DataConfig:
         }
 
     def __post_init__(self) -> None:
+        # a run's config.yaml read back as plain dicts (checkpoint.run_data_config): typed again
+        self.extra_train = {
+            name: GoldSetConfig(**gold) if isinstance(gold, dict) else gold
+            for name, gold in self.extra_train.items()
+        }
         if self.source not in ("demo", "hub", "local"):
             raise UserError(f"data.source must be 'demo', 'hub' or 'local', got {self.source!r}")
         if self.subset_strategy not in ("first", "random"):
