@@ -310,6 +310,12 @@ def test_the_page_in_headless_chromium(page_url, tmp_path) -> None:
         hover = "".join(texts("#heatmap .hoverlayer .hovertext"))  # its lines, unseparated
         match = re.fullmatch(r"target (.+?)\s*source (.+?)\s*weight ([01]\.\d{3})", hover.strip())
         assert match and match.group(2) in [*SOURCE.split(), "</s>"], hover
+        time.sleep(1.0)  # let the page's transitions settle: this shot goes into the README
+        screenshot = tmp_path / "explorer.png"
+        driver.save_screenshot(str(screenshot))
+        assert screenshot.stat().st_size > 10_000
+        if os.environ.get("TRANSFORMER_MT_SCREENSHOT"):
+            shutil.copy(screenshot, os.environ["TRANSFORMER_MT_SCREENSHOT"])
         # another layer: another picture
         before = heatmap_z()
         layer_1 = [
@@ -328,11 +334,6 @@ def test_the_page_in_headless_chromium(page_url, tmp_path) -> None:
         assert len(twenty.split()) == 20
         answer = translate(twenty)
         print(f"explorer answers: first sentence {first:.2f} s, a 20-word sentence {answer:.2f} s")
-        screenshot = tmp_path / "explorer.png"
-        driver.save_screenshot(str(screenshot))
-        assert screenshot.stat().st_size > 10_000
-        if os.environ.get("TRANSFORMER_MT_SCREENSHOT"):
-            shutil.copy(screenshot, os.environ["TRANSFORMER_MT_SCREENSHOT"])
         # bad input: a message on the page, not a stack trace
         box = driver.find_element(By.CSS_SELECTOR, "#source textarea")
         box.send_keys(Keys.CONTROL, "a")

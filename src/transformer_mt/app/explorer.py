@@ -167,12 +167,15 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
 
         inputs = [run_box, source, mode, target, beam, n_best, *views]
         outputs = [note, translation, choice, timing, *figures, state]
-        go.click(on_translate, inputs, outputs)
-        source.submit(on_translate, inputs, outputs)
+        quick = {"show_progress": "minimal"}  # no full-page overlay for sub-second answers
+        go.click(on_translate, inputs, outputs, **quick)
+        source.submit(on_translate, inputs, outputs, **quick)
         example.input(lambda text: text, [example], [source])
-        choice.input(on_pick, [state, choice, *views], [note, translation, *figures, state])
+        choice.input(
+            on_pick, [state, choice, *views], [note, translation, *figures, state], **quick
+        )
         for control in views:
-            control.input(on_view, [state, *views], [note, *figures])
+            control.input(on_view, [state, *views], [note, *figures], **quick)
         load.click(on_load, [run_box], [note, layer, head, example, state])
     return page
 
