@@ -66,3 +66,22 @@ def test_batched_greedy_equals_one_by_one_uncached(tiny_cfg: TransformerConfig) 
     for src, hyp in zip(srcs, hyps):
         assert hyp == _uncached_greedy(model, src, max_len=len(src) + 5)
         assert EOS_ID not in hyp and len(hyp) <= len(src) + 5
+
+
+def test_int8_quantization_for_decoding_keeps_cross_attention_projections_fp32(tiny_cfg) -> None:
+    from torch import nn
+
+    from transformer_mt.decoding import quantize_for_decoding
+
+    model = Transformer(tiny_cfg).eval()
+    assert quantize_for_decoding(model, None) is model
+    quantized = quantize_for_decoding(model, "int8")
+    kinds = {name: type(m) for name, m in quantized.named_modules()}
+    assert kinds["decoder.layers.0.cross_attn.qkv"] is nn.Linear  # read in row blocks
+    assert kinds["decoder.layers.0.self_attn.qkv"] is not nn.Linear  # int8
+    assert kinds["generator"] is not nn.Linear
+    assert type(model.generator) is nn.Linear  # the original is left alone
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])
+    assert len(greedy_decode(quantized, src, max_len_b=4)) == 2
+    with pytest.raises(ValueError, match="quantize='int4': use int8 or None"):
+        quantize_for_decoding(model, "int4")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -14,6 +15,8 @@ from transformer_mt.config import DecodeConfig, check_keys
 from transformer_mt.data.dataset import load_corpus
 from transformer_mt.decoding import quantize_for_decoding, translate
 from transformer_mt.metrics import compound_split_bleu, corpus_bleu, corpus_chrf
+
+log = logging.getLogger(__name__)
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -31,6 +34,14 @@ def evaluate(cfg: DictConfig) -> dict:
 
         engine = CT2Translator(decode.ct2_dir or run_dir / "ct2")
         sources = [Path(p) for p in engine.info["checkpoints"]]
+        if len(sources) != cfg.ckpt.average_last:
+            log.warning(
+                "decode.engine=ct2 uses the export's %d checkpoint(s), not ckpt.average_last=%d: "
+                "export again with scripts/export_ct2.py --average-last %d",
+                len(sources),
+                cfg.ckpt.average_last,
+                cfg.ckpt.average_last,
+            )
     else:
         model, tokenizer, sources = load_model(
             cfg.ckpt.path or run_dir, average_last=cfg.ckpt.average_last

@@ -10,6 +10,7 @@ shown on the page as a message. Gradio and Plotly come with the ``app`` extra.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -102,8 +103,6 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
             return explorer.figures(pair, kind_, int(layer_), parse_head(head_), unit_)
 
         def on_translate(run, text, mode_, tgt, beam_, n_best_, *view):
-            import time
-
             start = time.perf_counter()
             try:
                 explorer = runs.get(run)

@@ -12,9 +12,10 @@ from transformer_mt.model import Transformer
 
 
 def quantize_for_decoding(model: Transformer, quantize: str | None) -> Transformer:
-    """``model`` itself (None), or a copy whose every ``nn.Linear`` computes in int8 ("int8"):
+    """``model`` itself (None), or a copy whose ``nn.Linear`` layers compute in int8 ("int8"):
     ``torch.ao.quantization.quantize_dynamic`` (weights quantized per tensor once, activations
-    at every call); embeddings, LayerNorms and attention itself stay fp32. CPU only."""
+    at every call); embeddings, LayerNorms, attention itself and the cross-attention
+    projections stay fp32. CPU only."""
     if quantize is None:
         return model
     if quantize != "int8":
@@ -22,6 +23,12 @@ def quantize_for_decoding(model: Transformer, quantize: str | None) -> Transform
     with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", UserWarning)
-        return torch.ao.quantization.quantize_dynamic(
-            copy.deepcopy(model).cpu().eval(), {nn.Linear}, dtype=torch.qint8
-        )
+        model = copy.deepcopy(model).cpu().eval()
+        # Cross-attention reads its fused Q/K/V weight in row blocks (query apart from key/value),
+        # never through the module's own call: it stays fp32, like the attention itself.
+        linears = {
+            name: torch.ao.quantization.default_dynamic_qconfig
+            for name, module in model.named_modules()
+            if isinstance(module, nn.Linear) and not name.endswith("cross_attn.qkv")
+        }
+        return torch.ao.quantization.quantize_dynamic(model, linears, dtype=torch.qint8)

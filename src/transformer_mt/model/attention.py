@@ -84,10 +84,8 @@ class MultiHeadAttention(nn.Module):
         return x.view(B, T, self.n_heads, width // self.n_heads).transpose(1, 2)  # (B, H, T, d)
 
     def _rows(self, start: int, stop: int | None) -> tuple[Tensor, Tensor | None]:
-        weight, bias = self.qkv.weight, self.qkv.bias
-        if callable(weight):  # a dynamically quantized Linear: its float weight and bias
-            weight, bias = weight().dequantize(), bias()
-        return weight[start:stop], None if bias is None else bias[start:stop]
+        bias = self.qkv.bias
+        return self.qkv.weight[start:stop], None if bias is None else bias[start:stop]
 
     def project_memory(self, memory: Tensor) -> LayerCache:
         """K and V of the encoder output for cross-attention, computed once per source batch.
