@@ -13,6 +13,7 @@ from pathlib import Path
 
 from torch import Tensor
 
+from transformer_mt.analysis.alignment import hard_alignment
 from transformer_mt.analysis.capture import PairAttention, pair_attention
 from transformer_mt.checkpoint import load_model, run_data_config
 from transformer_mt.decoding import DecodeConfig
@@ -177,10 +178,8 @@ class Explorer:
         cross = _pick(pair.words("cross"), layer, head)  # (W_tgt, W_src), EOS last on both
         src_words, tgt_words = pair.src_words, pair.tgt_words
         inner = cross[:-1, :-1]  # links join real words: no EOS row or column
-        links = {}
-        if inner.numel():
-            best = inner.argmax(dim=-1)
-            links = {(int(i), j): float(inner[j, i]) for j, i in enumerate(best.tolist())}
+        found = hard_alignment(inner) if inner.numel() else set()
+        links = {(i, j): float(inner[j, i]) for i, j in found}  # (source i, target j) -> weight
         lines = alignment_lines(
             links,
             src_words[:-1],
