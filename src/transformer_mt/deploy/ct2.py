@@ -104,7 +104,7 @@ def _inputs(spec, embed) -> None:
 def ct2_spec(model: Transformer, pieces: list[str]):
     """The ``ctranslate2.specs.TransformerSpec`` of ``model``; ``pieces``: the joint
     vocabulary by id (``vocabulary(tokenizer)``), registered for both sides."""
-    ctranslate2 = require_ctranslate2()
+    require_ctranslate2()  # a clear message when the extra is missing
     from ctranslate2.specs import common_spec, transformer_spec
 
     reasons = unsupported(model)
@@ -146,7 +146,6 @@ def ct2_spec(model: Transformer, pieces: list[str]):
     spec.register_target_vocabulary(pieces)
     spec.config.add_source_eos = True  # our sources end with EOS; callers pass pieces only
     spec.config.decoder_start_token = "<s>"
-    del ctranslate2
     return spec
 
 
