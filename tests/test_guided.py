@@ -75,7 +75,8 @@ PAIRS = [  # Spanish -> English, adjective after the noun: the links cross
 
 
 @pytest.mark.slow  # a few hundred training steps of a tiny model
-def test_a_tiny_model_learns_the_given_alignment_in_its_guided_head() -> None:
+@pytest.mark.parametrize("full_context", [False, True])
+def test_a_tiny_model_learns_the_given_alignment_in_its_guided_head(full_context) -> None:
     torch.manual_seed(0)
     words = sorted({w for s, t, _ in PAIRS for w in f"{s} {t}".split()})
     ids = {w: i + 4 for i, w in enumerate(words)}
@@ -100,7 +101,9 @@ def test_a_tiny_model_learns_the_given_alignment_in_its_guided_head() -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     layer, head = 0, 1  # the penultimate layer of two, its second head
     for _ in range(300):
-        logits, weights = model.forward_with_head(batch.src, batch.tgt_in, layer, head)
+        logits, weights = model.forward_with_head(
+            batch.src, batch.tgt_in, layer, head, full_context
+        )
         loss, _ = label_smoothed_nll(logits, batch.tgt_out, epsilon=0.0)
         align = alignment_loss(weights, batch.align_index, batch.align_weight, batch.align_rows)
         total = loss / batch.n_tgt_tokens + 0.5 * align
@@ -109,7 +112,7 @@ def test_a_tiny_model_learns_the_given_alignment_in_its_guided_head() -> None:
         optimizer.step()
     model.eval()
     with torch.no_grad():
-        _, weights = model.forward_with_head(batch.src, batch.tgt_in, layer, head)
+        _, weights = model.forward_with_head(batch.src, batch.tgt_in, layer, head, full_context)
     predicted = {
         (n, i, j)
         for n in range(len(PAIRS))

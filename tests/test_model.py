@@ -193,3 +193,40 @@ def test_one_cross_attention_head_is_returned_exactly_as_the_slow_path_sees_it(
     # and it is differentiable: guided alignment trains through it
     weights[0, 1, 0].backward()
     assert model.decoder.layers[layer].cross_attn.qkv.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("layer,head", [(0, 1), (-1, 0)])
+def test_a_full_context_head_sees_later_target_words_and_matches_the_unmasked_slow_path(
+    tiny_cfg, layer, head
+) -> None:
+    model = Transformer(tiny_cfg).eval()
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])
+    tgt_in = torch.tensor([[2, 10, 11, 12], [2, 13, 0, 0]])
+    logits, weights = model.forward_with_head(src, tgt_in, layer, head, full_context=True)
+    torch.testing.assert_close(logits, model(src, tgt_in))  # the prediction stays causal
+    _, full = model.attention_maps(src, tgt_in, full_context=True)
+    real = tgt_in != 0
+    torch.testing.assert_close(weights[real], full.cross[layer][:, head][real])
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4))
+    assert weights[1, :, 3].abs().max() == 0  # no weight on the pad key
+    # every row now depends on the last target word; with the causal mask only the last row does
+    changed = tgt_in.clone()
+    changed[0, 3] = 20
+    _, other = model.forward_with_head(src, changed, layer, head, full_context=True)
+    assert (other[0, :3] - weights[0, :3]).abs().amax() > 1e-4
+    _, causal = model.forward_with_head(src, tgt_in, layer, head)
+    _, causal_other = model.forward_with_head(src, changed, layer, head)
+    torch.testing.assert_close(causal_other[0, :3], causal[0, :3])
+    # padding stays invisible: a pad key in the target changes nothing for the real rows
+    _, padded = model.forward_with_head(
+        torch.cat([src, torch.zeros(2, 1, dtype=torch.long)], 1),
+        torch.cat([tgt_in, torch.zeros(2, 1, dtype=torch.long)], 1),
+        layer,
+        head,
+        full_context=True,
+    )
+    torch.testing.assert_close(padded[:, :4, :4][real], weights[real])
+    # and it trains the layers below and at ``layer``, through the second pass
+    model.zero_grad()
+    weights[0, 1, 0].backward()
+    assert model.decoder.layers[layer].cross_attn.qkv.weight.grad.abs().sum() > 0

@@ -246,6 +246,10 @@ class AlignConfig:
     weight: float = 0.05  # λ, the alignment loss's weight next to the per-token translation loss
     layer: int = -2  # the supervised head's decoder layer: 1-based, or negative from the end
     head: int = 1  # 1-based
+    # Supervise (and read) the head in a second decoder pass without the causal mask, so its
+    # row for a target word sees that word (Garg et al.'s "full context"; fairseq's
+    # --full-context-alignment). Costs one more pass through the layers up to align.layer.
+    full_context: bool = False
     gold: dict[str, GoldSetConfig] = field(default_factory=dict)  # AER at every validation
 
     def __post_init__(self) -> None:

@@ -56,9 +56,10 @@ class TranslationModule(L.LightningModule):
             valid_max_sentences: validation BLEU decodes the first N validation rows.
             references: {"valid": [...], "test": [...]} target sentences by row, for BLEU;
                 none: BLEU is not computed (the loss and perplexity still are).
-            guided: guided alignment, {"weight": λ, "layer": L, "head": H} (1-based, a
-                negative layer from the end): the loss gains λ x the KL divergence between
-                that cross-attention head and the batch's word links (``data/guided.py``).
+            guided: guided alignment, {"weight": λ, "layer": L, "head": H, "full_context":
+                bool} (1-based, a negative layer from the end): the loss gains λ x the KL
+                divergence between that cross-attention head (read with the whole target as
+                context when full_context) and the batch's word links (``data/guided.py``).
             gold_sets: gold alignments scored at every validation (``val/aer_<name>``: the
                 guided head's AER, and the best layer's with heads averaged).
         """
@@ -125,7 +126,9 @@ class TranslationModule(L.LightningModule):
     def _guided_step(self, batch: Batch) -> tuple[Tensor, Tensor, int, Tensor]:
         """``_step`` plus the alignment loss of the guided head (Garg et al. 2019)."""
         layer, head = self.guided["layer"] - 1, self.guided["head"] - 1
-        logits, weights = self.model.forward_with_head(batch.src, batch.tgt_in, layer, head)
+        logits, weights = self.model.forward_with_head(
+            batch.src, batch.tgt_in, layer, head, self.guided.get("full_context", False)
+        )
         loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.model_cfg.label_smoothing)
         # Lightning moved the batch, these tensors included, to the device
         align = alignment_loss(weights, batch.align_index, batch.align_weight, batch.align_rows)
@@ -315,10 +318,12 @@ class TranslationModule(L.LightningModule):
         if not self.gold_sets or self.tokenizer is None or self.trainer.sanity_checking:
             return
         layer = head = None
+        full_context = False
         if self.guided is not None:
             layer, head = self.guided["layer"], self.guided["head"]
+            full_context = self.guided.get("full_context", False)
         for gold in self.gold_sets:
-            scores = gold_aer(self.model, self.tokenizer, gold, layer, head)
+            scores = gold_aer(self.model, self.tokenizer, gold, layer, head, full_context)
             if "head" in scores:
                 self.log(f"val/aer_{gold.name}", scores["head"], prog_bar=True)
             self.log(f"val/aer_{gold.name}_best_layer", scores["best_layer_aer"])

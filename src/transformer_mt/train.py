@@ -137,7 +137,12 @@ def guided_settings(cfg: DictConfig) -> dict | None:
             "align.guided=true needs word alignments of the training pairs: set data.alignments "
             "to a Pharaoh file, to eflomal, or (demo corpus) to builtin"
         )
-    return {"weight": align.weight, "layer": align.layer, "head": align.head}
+    return {
+        "weight": align.weight,
+        "layer": align.layer,
+        "head": align.head,
+        "full_context": align.full_context,
+    }
 
 
 def gold_sets(cfg: DictConfig, tokenizer) -> list[GoldSet]:

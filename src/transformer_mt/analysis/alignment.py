@@ -285,10 +285,13 @@ def corpus_attention(
     sources: list[str],
     targets: list[str],
     progress: bool = False,
+    full_context: bool = False,
 ) -> list[Tensor]:
     """Word-level cross-attention of every pair, teacher-forced on the given targets.
 
     Words are the whitespace-separated tokens of each line (gold alignments count them so).
+    ``full_context``: the decoder sees the whole target (``capture``), as a head trained
+    with ``align.full_context`` is read.
 
     Returns:
         per pair (L, H, W_tgt + 1, W_src + 1): the last row and column are EOS.
@@ -301,7 +304,7 @@ def corpus_attention(
     for n, (src, tgt) in enumerate(
         tqdm(pairs, total=len(sources), disable=not progress, desc="attention")
     ):
-        pair = pair_attention(model, tokenizer, src, tgt)
+        pair = pair_attention(model, tokenizer, src, tgt, full_context=full_context)
         words, src_words, tgt_words = pair.words("cross"), pair.src_words, pair.tgt_words
         for side, text, got in (("source", src, src_words), ("target", tgt, tgt_words)):
             if len(got) - 1 != len(text.split()):

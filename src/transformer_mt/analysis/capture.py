@@ -25,7 +25,9 @@ KINDS = ("encoder", "decoder", "cross")
 
 
 @torch.no_grad()
-def capture(model: Transformer, src: Tensor, tgt: Tensor) -> AttentionMaps:
+def capture(
+    model: Transformer, src: Tensor, tgt: Tensor, full_context: bool = False
+) -> AttentionMaps:
     """Teacher-forced attention of one pair: encoder, decoder self- and cross-attention.
 
     Row t of the decoder's maps is the distribution while the decoder *produces* ``tgt[t]``
@@ -35,6 +37,8 @@ def capture(model: Transformer, src: Tensor, tgt: Tensor) -> AttentionMaps:
     Args:
         src: (S,) EOS-terminated source ids of one sentence.
         tgt: (T,) EOS-terminated target ids: a reference, or the model's own translation.
+        full_context: the decoder sees the whole target (no causal mask), as a head trained
+            with ``align.full_context`` is read; row t still stands for ``tgt[t]``.
 
     Returns:
         maps with batch size 1.
@@ -42,7 +46,7 @@ def capture(model: Transformer, src: Tensor, tgt: Tensor) -> AttentionMaps:
     was_training = model.training
     model.eval()
     tgt_in = torch.cat([tgt.new_tensor([BOS_ID]), tgt[:-1]])[None]  # (1, T)
-    _, maps = model.attention_maps(src[None], tgt_in)
+    _, maps = model.attention_maps(src[None], tgt_in, full_context=full_context)
     model.train(was_training)
     return maps
 
@@ -163,12 +167,14 @@ def pair_attention(
     tokenizer,
     src: str | list[int],
     tgt: str | list[int] | None = None,
+    full_context: bool = False,
 ) -> PairAttention:
     """Capture every attention map of ``src`` and ``tgt`` (text, or piece ids without EOS).
 
     Args:
         tgt: the target to teacher-force; None translates ``src`` greedily first and
             captures the attention of that translation.
+        full_context: capture with the whole target as the decoder's context (``capture``).
     """
     src_ids = tokenizer.encode([src])[0] if isinstance(src, str) else list(src)
     translated = tgt is None
@@ -181,7 +187,10 @@ def pair_attention(
     src_eos, tgt_eos = src_ids + [EOS_ID], tgt_ids + [EOS_ID]
     device = next(model.parameters()).device
     maps = capture(
-        model, torch.tensor(src_eos, device=device), torch.tensor(tgt_eos, device=device)
+        model,
+        torch.tensor(src_eos, device=device),
+        torch.tensor(tgt_eos, device=device),
+        full_context,
     )
     return PairAttention(
         src_ids=src_ids,

@@ -94,10 +94,19 @@ def load_gold_set(name: str, cfg, src_lang: str, tgt_lang: str) -> GoldSet:
 
 
 def gold_aer(
-    model, tokenizer, gold: GoldSet, layer: int | None = None, head: int | None = None
+    model,
+    tokenizer,
+    gold: GoldSet,
+    layer: int | None = None,
+    head: int | None = None,
+    full_context: bool = False,
 ) -> dict[str, float]:
     """AER (argmax reading) of one head (``layer``/``head``, 1-based) and of the best layer's
     heads averaged; the model is put in eval mode by the caller.
+
+    Args:
+        full_context: read the head with the whole target as context (a head trained with
+            ``align.full_context``); the layers' means are read as the model predicts.
 
     Returns:
         ``{"head": ..., "best_layer": ..., "best_layer_aer": ...}`` (no "head" without one).
@@ -107,6 +116,10 @@ def gold_aer(
     best = int(np.argmin([s.aer for s in means]))
     out = {"best_layer": float(best + 1), "best_layer_aer": means[best].aer}
     if layer is not None:
+        if full_context:
+            attention = corpus_attention(
+                model, tokenizer, gold.sources, gold.targets, full_context=True
+            )
         index = layer - 1 if layer > 0 else layer + len(means)
         out["head"] = score_layers(attention, gold.gold, head=head)[index].aer
     return out

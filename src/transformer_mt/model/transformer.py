@@ -131,6 +131,38 @@ class Decoder(nn.Module):
             cache.offset += tgt_in.size(1)
         return self.final_norm(x), self_weights, cross_weights
 
+    def head_weights(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        memory_mask: Tensor,
+        target_mask: Tensor,
+        layer: int,
+        head: int,
+    ) -> Tensor:
+        """One cross-attention head's weights with the *full* target as context.
+
+        The layers up to ``layer`` run without the causal mask (padding only), so the row
+        that produces target piece t also sees t and every later piece: Garg et al.'s (2019)
+        "full context" alignment, which fairseq's ``--full-context-alignment`` trains. The
+        layers above ``layer`` and the output are not computed.
+
+        Args:
+            tgt_in: (B, T) BOS + target, right-padded; memory (B, S, D), memory_mask (B, 1, 1, S).
+            target_mask: (B, 1, 1, T) the target's padding mask, which replaces the causal one
+                (given even when all true: None would mean causal to the layers).
+            layer, head: 0-based.
+
+        Returns:
+            (B, T, S) weights, rows summing to 1 over real source positions.
+        """
+        x = self.embed(tgt_in)  # (B, T, D)
+        attn_mask = without_trivial(memory_mask)
+        for i in range(layer + 1):
+            probe = head if i == layer else None
+            x, _, _, w = self.layers[i](x, memory, target_mask, attn_mask, cross_head=probe)
+        return w[1][:, 0]
+
 
 class Transformer(nn.Module):
     """Encoder, decoder and the linear + softmax head (Figure 1).
@@ -196,7 +228,9 @@ class Transformer(nn.Module):
         states, _, _ = self.decoder(tgt_in, memory, memory_mask, None)
         return self.generator(states)  # (B, T, V)
 
-    def attention_maps(self, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, AttentionMaps]:
+    def attention_maps(
+        self, src: Tensor, tgt_in: Tensor, full_context: bool = False
+    ) -> tuple[Tensor, AttentionMaps]:
         """A teacher-forced forward pass that also captures every attention weight.
 
         The one way to capture attention (``transformer_mt.analysis`` builds on it): only this
@@ -205,6 +239,8 @@ class Transformer(nn.Module):
 
         Args:
             src: (B, S) source ids; tgt_in: (B, T) BOS + target ids, padded.
+            full_context: the decoder's self-attention sees the whole target (padding mask
+                only), as ``head_weights`` does; the logits are then no prediction.
 
         Returns:
             logits (B, T, V) and the weights of every layer and head.
@@ -212,19 +248,24 @@ class Transformer(nn.Module):
         src_mask = padding_mask(src, self.cfg.pad_id)
         memory, encoder = self.encoder(src, src_mask, need_weights=True)
         # The full mask here, so that pad keys get exactly zero weight in what is returned.
-        self_mask = decoder_self_mask(tgt_in, self.cfg.pad_id)  # (B, 1, T, T)
+        if full_context:
+            self_mask = padding_mask(tgt_in, self.cfg.pad_id)  # (B, 1, 1, T)
+        else:
+            self_mask = decoder_self_mask(tgt_in, self.cfg.pad_id)  # (B, 1, T, T)
         states, decoder, cross = self.decoder(
             tgt_in, memory, src_mask, self_mask, need_weights=True
         )
         return self.generator(states), AttentionMaps(encoder, decoder, cross)
 
     def forward_with_head(
-        self, src: Tensor, tgt_in: Tensor, layer: int, head: int
+        self, src: Tensor, tgt_in: Tensor, layer: int, head: int, full_context: bool = False
     ) -> tuple[Tensor, Tensor]:
         """``forward`` that also returns one cross-attention head's weights (guided alignment).
 
         Args:
             layer, head: 0-based (a negative layer counts from the end).
+            full_context: read the head from a second pass that sees the whole target
+                (``Decoder.head_weights``) instead of from the causal pass that predicts.
 
         Returns:
             logits (B, T, V) and the head's weights (B, T, S), rows summing to 1 over real
@@ -232,6 +273,11 @@ class Transformer(nn.Module):
         """
         layer = layer % self.cfg.n_layers
         memory, src_mask = self.encode(src)
+        if full_context:  # a second, unmasked pass up to ``layer`` gives the head's weights
+            logits = self.decode(tgt_in, memory, src_mask)
+            target_mask = padding_mask(tgt_in, self.cfg.pad_id)  # (B, 1, 1, T)
+            weights = self.decoder.head_weights(tgt_in, memory, src_mask, target_mask, layer, head)
+            return logits, weights
         states, _, cross = self.decoder(tgt_in, memory, src_mask, None, cross_head=(layer, head))
         return self.generator(states), cross[0][:, 0]
 
