@@ -8,10 +8,12 @@
 For every gold set: eflomal in both directions and their grow-diag-final-and symmetrization,
 given the first run's training pairs plus the gold pairs' sentences (without their links), as
 an unsupervised aligner is evaluated (lowercased: it works on word types); then for every run:
-its best head over every layer x head (argmax and shift readings), its best layer with heads
-averaged, the shift reading of that layer, and (a run trained with ``align.guided``) the guided
-head. AER is lower-better; P and R are precision against possible links and recall of sure ones.
-``pip install -e ".[align]"`` for eflomal.
+its best head over every layer x head (argmax, shift and full-context readings), its best
+layer with heads averaged, the shift reading of that layer, and (a run trained with
+``align.guided``) the guided head, read with the whole target as context when the run trained
+it so (``align.full_context``). ``--by-length`` adds the AER of eflomal and of each run's
+guided (else best) head by source sentence length. AER is lower-better; P and R are precision
+against possible links and recall of sure ones. ``pip install -e ".[align]"`` for eflomal.
 """
 
 from __future__ import annotations
@@ -26,15 +28,9 @@ from types import SimpleNamespace
 import yaml
 from machine import describe  # benchmarks/machine.py
 
-from transformer_mt.analysis import (
-    corpus_attention,
-    corpus_scores,
-    read_pharaoh,
-    score_heads,
-    symmetrize,
-)
+from transformer_mt.analysis import corpus_attention, corpus_scores, read_pharaoh, symmetrize
 from transformer_mt.analysis.gold import GoldSet, load_gold_set
-from transformer_mt.analysis.report import READINGS
+from transformer_mt.analysis.report import CorpusAttention, score_head_grids
 from transformer_mt.checkpoint import load_model, run_data_config
 from transformer_mt.data.dataset import load_corpus
 
@@ -68,29 +64,54 @@ def run_eflomal(gold: GoldSet, train_src: list[str], train_tgt: list[str]):
         return read_links(fwd)[:n], read_links(rev)[:n], seconds
 
 
-def guided_head(run: Path) -> tuple[int, int] | None:
-    """(layer, head), 1-based, of a run trained with align.guided; None otherwise."""
+LENGTHS = ((1, 10), (11, 20), (21, 30), (31, 10_000))  # source words, for --by-length
+
+
+def guided_head(run: Path) -> tuple[int, int, bool] | None:
+    """(layer, head, full context), 1-based, of a run trained with align.guided; else None."""
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     align = cfg.get("align") or {}
     if not align.get("guided"):
         return None
     layer = align["layer"]
-    return (layer if layer > 0 else cfg["model"]["n_layers"] + layer + 1), align["head"]
+    layer = layer if layer > 0 else cfg["model"]["n_layers"] + layer + 1
+    return layer, align["head"], bool(align.get("full_context", False))
 
 
-def score_run(name: str, run: Path, gold: GoldSet) -> list[tuple[str, tuple[float, float, float]]]:
+def by_length(links: list, gold: GoldSet) -> str:
+    """AER per bucket of source length, as ``  1-10: 0.123 (n 40)`` pieces."""
+    parts = []
+    for low, high in LENGTHS:
+        picked = [n for n, s in enumerate(gold.sources) if low <= len(s.split()) <= high]
+        if picked:
+            aer, _, _ = corpus_scores([links[n] for n in picked], [gold.gold[n] for n in picked])
+            name = f"{low}-{high}" if high < 10_000 else f">{low - 1}"
+            parts.append(f"{name}: {aer:.3f} (n {len(picked)})")
+    return "; ".join(parts)
+
+
+def score_run(
+    name: str, run: Path, gold: GoldSet
+) -> tuple[list[tuple[str, tuple[float, float, float]]], list]:
+    """The run's rows of the table, and the links of its guided (else best) head."""
     model, tokenizer, _ = load_model(run)
     usable, dropped = gold.foldable(tokenizer)
     if dropped:
         raise SystemExit(f"{name}: {dropped} pairs of {gold.name} do not fold into words")
-    attention = corpus_attention(model, tokenizer, gold.sources, gold.targets)
-    grids = {reading: score_heads(attention, gold.gold, **how) for reading, how in READINGS.items()}
+    attention = CorpusAttention(
+        *(
+            corpus_attention(model, tokenizer, gold.sources, gold.targets, full_context=full)
+            for full in (False, True)
+        )
+    )
+    grids = score_head_grids(attention, gold.gold)
     rows = []
-    heads = [(r, s) for r in ("argmax", "shift") for row in grids[r] for s in row[:-1]]
+    heads = [(r, s) for r in ("argmax", "shift", "full") for row in grids[r] for s in row[:-1]]
     reading, best = min(heads, key=lambda item: item[1].aer)
     rows.append(
         (f"{name}: best head {best.name} ({reading})", (best.aer, best.precision, best.recall))
     )
+    chosen = best.links
     means = [row[-1] for row in grids["argmax"]]
     layer = min(means, key=lambda s: s.aer)
     rows.append(
@@ -105,9 +126,12 @@ def score_run(name: str, run: Path, gold: GoldSet) -> list[tuple[str, tuple[floa
     )
     guided = guided_head(run)
     if guided is not None:
-        s = grids["argmax"][guided[0] - 1][guided[1] - 1]
-        rows.append((f"{name}: guided head {s.name}", (s.aer, s.precision, s.recall)))
-    return rows
+        layer_no, head_no, full = guided
+        s = grids["full" if full else "argmax"][layer_no - 1][head_no - 1]
+        how = ", full context" if full else ""
+        rows.append((f"{name}: guided head {s.name}{how}", (s.aer, s.precision, s.recall)))
+        chosen = s.links
+    return rows, chosen
 
 
 def main() -> None:
@@ -121,6 +145,9 @@ def main() -> None:
     parser.add_argument("--reverse-gold", action="store_true")
     parser.add_argument("--data-dir", type=Path, default=os.environ.get("TRANSFORMER_MT_DATA"))
     parser.add_argument("--train-limit", type=int, default=1_000_000, help="eflomal's extra pairs")
+    parser.add_argument(
+        "--by-length", action="store_true", help="AER by source sentence length as well"
+    )
     args = parser.parse_args()
     runs = [(n, Path(d)) for n, _, d in (r.partition("=") for r in args.run)]
     print(describe())
@@ -163,9 +190,17 @@ def main() -> None:
         ):
             aer, p, r = corpus_scores(links, gold.gold)
             print(f"{label:<52} {aer:.3f}  {p:.3f}  {r:.3f}")
+        lengths = [("eflomal grow-diag-final-and", by_length(symmetric, gold))]
         for name, run in runs:
-            for label, (aer, p, r) in score_run(name, run, gold):
+            rows, chosen = score_run(name, run, gold)
+            for label, (aer, p, r) in rows:
                 print(f"{label:<52} {aer:.3f}  {p:.3f}  {r:.3f}")
+            which = "guided head" if guided_head(run) is not None else "best head"
+            lengths.append((f"{name}: {which}", by_length(chosen, gold)))
+        if args.by_length:
+            print(f"\nAER by source length (words) on {gold.name}:")
+            for label, text in lengths:
+                print(f"  {label}: {text}")
 
 
 if __name__ == "__main__":

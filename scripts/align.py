@@ -8,9 +8,11 @@
     python scripts/align.py outputs/demo_es_en/tiny/<run>
 
 For every decoder layer (heads averaged) it prints AER, precision and recall against the
-gold (sure/possible links, Och & Ney 2003) for three readings: the argmax row of each target
-word, the same with the "shift" (the row where the word is the decoder's input), and the
-intersection of target->source and source->target argmaxes. Then the diagnostics: the mean
+gold (sure/possible links, Och & Ney 2003) for four readings: the argmax row of each target
+word, the same with the "shift" (the row where the word is the decoder's input), the
+intersection of target->source and source->target argmaxes, and "full": the argmax row of
+attention captured with the whole target as context (how a head trained with
+``align.full_context=true`` is read). Then the diagnostics: the mean
 row entropy (nats) against log(n) for uniform attention, the same at softmax temperatures 0.5
 and 2, and the share of source words that receive less than 0.25 attention in total.
 
@@ -21,7 +23,8 @@ to ``best_head.json`` in ``--save-dir`` (default: ``RUN_DIR/align``), where
 
 ``--output`` writes the alignment of one layer (``--layer``), or of one head (``--head L:H``,
 ``--head best``), in Pharaoh format, 0-indexed ``source-target``, one line per pair; by default
-the best layer against the gold, else the last.
+the best layer against the gold, else the last. ``--full-context`` reads it from the
+full-context attention (``--head best`` takes the reading recorded with the head).
 """
 
 from __future__ import annotations
@@ -34,12 +37,12 @@ from transformer_mt.analysis import (
     format_pharaoh,
     parse_head,
     read_gold,
-    score_heads,
     score_layers,
 )
 from transformer_mt.analysis.report import (
     READINGS,
     BestHead,
+    CorpusAttention,
     attend_corpus,
     best_reading,
     clean_gold,
@@ -48,6 +51,7 @@ from transformer_mt.analysis.report import (
     format_table,
     pick_layer,
     read_sentences,
+    score_head_grids,
     score_readings,
 )
 from transformer_mt.checkpoint import load_model
@@ -83,6 +87,12 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--method", default="argmax", choices=["argmax", "intersect"])
     parser.add_argument("--shift", action="store_true", help="--output reads shifted rows")
+    parser.add_argument(
+        "--full-context",
+        action="store_true",
+        help="--output reads attention captured with the whole target as context "
+        "(a head trained with align.full_context=true)",
+    )
     parser.add_argument("--output", type=Path, help="write Pharaoh links of one layer here")
     parser.add_argument(
         "--average-last", type=int, default=1, help="average the last N checkpoints"
@@ -127,8 +137,9 @@ def main() -> None:
         best_head = head_grid(attention, gold, save_dir(args), what)
     if args.output is not None:
         how = {"method": args.method, "shift": args.shift}
+        read = attention.full if args.full_context else attention.causal
         if args.head is not None:
-            n_layers, n_heads = attention[0].shape[:2]
+            n_layers, n_heads = read[0].shape[:2]
             if args.head == "best":
                 if best_head is None:
                     raise UserError(
@@ -139,15 +150,17 @@ def main() -> None:
                     best_head.head,
                     READINGS[best_head.reading],
                 )
+                read = attention.of(best_head.reading)
             else:
                 layer_no, head_no = parse_head(args.head, n_layers, n_heads)
-            chosen = score_layers(attention, gold, **how, head=head_no)[layer_no - 1]
+            chosen = score_layers(read, gold, **how, head=head_no)[layer_no - 1]
         else:
-            chosen = pick_layer(score_layers(attention, gold, **how), args.layer)
+            chosen = pick_layer(score_layers(read, gold, **how), args.layer)
         args.output.write_text(
             "".join(format_pharaoh(ls) + "\n" for ls in chosen.links), encoding="utf-8"
         )
         reading = how["method"] + (", shift" if how["shift"] else "")
+        reading += ", full context" if read is attention.full else ""
         print(f"wrote {args.output}: layer:head {chosen.name}, {reading}")
 
 
@@ -158,9 +171,9 @@ def save_dir(args: argparse.Namespace) -> Path:
     return run / "align"
 
 
-def head_grid(attention, gold, folder: Path, what: str) -> BestHead:
+def head_grid(attention: CorpusAttention, gold, folder: Path, what: str) -> BestHead:
     """Score every head of every layer in each reading; print, draw and record the best reading's grid."""
-    grids = {name: score_heads(attention, gold, **how) for name, how in READINGS.items()}
+    grids = score_head_grids(attention, gold)
     best = BestHead.of(grids)
     grid = grids[best.reading]
     print(f"\nAER per head ({best.reading} reading; the last column is the layer's mean):")

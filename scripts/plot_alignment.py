@@ -55,6 +55,12 @@ def main() -> None:
     )
     parser.add_argument("--no-heads", action="store_true", help="skip the per-head grid")
     parser.add_argument(
+        "--full-context",
+        action="store_true",
+        help="capture with the whole target as the decoder's context (a head trained with "
+        "align.full_context=true; --head best takes its recorded reading)",
+    )
+    parser.add_argument(
         "--beam", type=int, default=1, help="draw a beam-search hypothesis (default 1: greedy)"
     )
     parser.add_argument(
@@ -94,10 +100,10 @@ def main() -> None:
         if len(found[0]) < args.hypothesis:
             raise UserError(f"beam {args.beam} found only {len(found[0])} hypotheses")
         target = found[0][args.hypothesis - 1].tokens
-    layer, head = args.layer, None
+    layer, head, full_context = args.layer, None, args.full_context
     if args.head is not None:
-        layer, head, _ = resolve_head(
-            args.head, args.run_dir, model.cfg.n_layers, model.cfg.n_heads
+        layer, head, _, full_context = resolve_head(
+            args.head, args.run_dir, model.cfg.n_layers, model.cfg.n_heads, args.full_context
         )
     drawn = save_pair_heatmaps(
         model,
@@ -109,6 +115,7 @@ def main() -> None:
         tuple(args.format),
         heads=not args.no_heads,
         head=head,
+        full_context=full_context,
     )
     print(f"source: {drawn['source']}")
     what = "target" if args.tgt is not None else "translation"
@@ -122,7 +129,7 @@ def main() -> None:
     for name in drawn["files"]:
         print(f"wrote {args.out.parent / name}")
     if args.html:
-        pair = pair_attention(model, tokenizer, args.src, target)
+        pair = pair_attention(model, tokenizer, args.src, target, full_context=full_context)
         for view in ("head", "model"):
             path = args.out.parent / f"{args.out.name}_{view}_view.html"
             path.write_text(bertviz_html(pair, view, args.html_unit), encoding="utf-8")

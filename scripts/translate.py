@@ -92,6 +92,12 @@ def main() -> None:
         help="--alignments from L:H (1-based; negative from the end), L (heads averaged), or "
         "best (recorded by scripts/align.py); default: the last layer, heads averaged",
     )
+    parser.add_argument(
+        "--full-context",
+        action="store_true",
+        help="--alignments read with the whole translation as the decoder's context (a head "
+        "trained with align.full_context=true; --head best takes its recorded reading)",
+    )
     args = parser.parse_args()
     if args.n_best > args.beam:
         parser.error(f"--n-best {args.n_best} cannot exceed --beam {args.beam}")
@@ -107,7 +113,9 @@ def main() -> None:
         translate_ct2(args, lines, cfg)
         return
     model, tokenizer, _ = load_model(args.run, average_last=args.average_last)
-    layer, head, shift = resolve_head(args.head, args.run, model.cfg.n_layers, model.cfg.n_heads)
+    choice = resolve_head(
+        args.head, args.run, model.cfg.n_layers, model.cfg.n_heads, args.full_context
+    )
     model = quantize_for_decoding(model, args.quantize)
     try:
         results = translate(
@@ -120,9 +128,7 @@ def main() -> None:
             text = option.text
             if args.alignments and option.tokens:
                 src_ids = tokenizer.encode([source])[0][: model.cfg.max_positions - 1]
-                links = translation_links(
-                    model, tokenizer, src_ids, option.tokens, layer, head, shift
-                )
+                links = translation_links(model, tokenizer, src_ids, option.tokens, *choice)
                 text += " ||| " + format_pharaoh(links)
             print(f"{number} ||| {text} ||| {option.score:.4f}" if args.n_best > 1 else text)
 

@@ -132,7 +132,7 @@ def test_guided_training_needs_word_links_and_a_real_head(compose_cfg) -> None:
     with pytest.raises(UserError, match="align.guided=true needs word alignments"):
         guided_settings(compose_cfg("align.guided=true"))
     settings = guided_settings(compose_cfg("align.guided=true", "data.alignments=builtin"))
-    assert settings == {"weight": 0.05, "layer": -2, "head": 1}
+    assert settings == {"weight": 0.05, "layer": -2, "head": 1, "full_context": False}
     cfg = TransformerConfig(n_layers=2, d_model=16, d_ff=32, n_heads=2, vocab_size=20)
     from dataclasses import asdict
 
@@ -149,6 +149,12 @@ def test_guided_training_needs_word_links_and_a_real_head(compose_cfg) -> None:
     )
     with pytest.raises(UserError, match="only the demo corpus has built-in alignments"):
         OmegaConf.to_object(local.data)  # the dataclass's checks run when it is built
+    # a gold set can be added on the command line; a wrong key is named, with the right ones
+    added = compose_cfg("+align.gold.mine={format:xlwa,path:/data/test.tsv}")
+    assert OmegaConf.to_object(added.align).gold["mine"].format == "xlwa"
+    typo = compose_cfg("+align.gold.mine={format:xlwa,pth:/data/test.tsv}")
+    with pytest.raises(UserError, match=r"align.gold.mine: unknown keys \['pth'\]; .*'path'"):
+        OmegaConf.to_object(typo.align)
 
 
 @pytest.mark.slow  # builds a corpus, a tokenizer and its cache

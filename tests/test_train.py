@@ -83,6 +83,33 @@ def test_run_smoke_two_steps(compose_cfg, tmp_path) -> None:
     ).is_file()
 
 
+@pytest.mark.slow  # a few seconds: AER on a gold set at validation
+def test_guided_full_context_run_scores_its_head_on_a_gold_set_and_draws_it(
+    compose_cfg, tmp_path
+) -> None:
+    """Guided alignment end to end in seconds: the built-in links, the head trained and read
+    with the full target as context, AER on a gold set at validation, the head's heatmap."""
+    (tmp_path / "g.es").write_text("el gato negro\nla casa\n")
+    (tmp_path / "g.en").write_text("the black cat\nthe house\n")
+    (tmp_path / "g.wa").write_text("0-0 1-2 2-1\n0-0 1-1\n")
+    gold = f"{{format:pharaoh,path:{tmp_path / 'g.wa'},src:{tmp_path / 'g.es'},tgt:{tmp_path / 'g.en'}}}"
+    cfg = compose_cfg(
+        *("data.train_size=200", "data.valid_size=8", "data.test_size=8", "data.vocab_size=120"),
+        *("model.n_layers=2", "model.d_model=16", "model.d_ff=32", "model.n_heads=2"),
+        *("trainer.max_steps=2", "trainer.enable_progress_bar=false", "trainer.loggers=[csv]"),
+        *("heatmaps.valid_sentences=0", "checkpoint.keep_last=1", "trainer.val_check_interval=2"),
+        *("data.alignments=builtin", "align.guided=true", "align.full_context=true"),
+        f"+align.gold.tiny={gold}",
+    )
+    metrics = run(cfg)
+    out = tmp_path / "run"
+    assert metrics["steps"] == 2
+    logged = (next(out.rglob("metrics.csv"))).read_text()
+    assert "val/aer_tiny" in logged and "train/align_kl" in logged
+    drawn = metrics["alignment"]["guided_head"]
+    assert drawn["png"] == "alignment_layer1_head1.png" and (out / drawn["png"]).is_file()
+
+
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory) -> tuple:
     from hydra import compose, initialize_config_dir
@@ -331,7 +358,8 @@ def test_align_cli_scores_files_and_writes_pharaoh(small_run, tmp_path) -> None:
     # every head scored: a table, a picture, and the best head recorded for the other scripts
     assert "AER per head" in result.stdout and "best head: 1:" in result.stdout
     record = json.loads((out / "align" / "best_head.json").read_text())
-    assert record["layer"] == 1 and set(record["grids"]) == {"argmax", "shift", "intersect"}
+    assert record["layer"] == 1
+    assert set(record["grids"]) == {"argmax", "shift", "intersect", "full"}
     assert len(record["grids"]["argmax"][0]) == 3  # 2 heads and the mean
     assert (out / "align" / "aer_heads.png").stat().st_size > 0
     one = _script(
@@ -347,6 +375,20 @@ def test_align_cli_scores_files_and_writes_pharaoh(small_run, tmp_path) -> None:
     )
     assert one.returncode == 0 and "layer:head 1:2" in one.stdout, one.stderr
     assert [len(line.split()) for line in (tmp_path / "head").read_text().splitlines()] == [3, 2]
+    full = _script(
+        "align.py",
+        out,
+        *files,
+        "--one-indexed",
+        "--reverse-gold",
+        "--head",
+        "1:2",
+        "--full-context",
+        "--output",
+        tmp_path / "full",
+    )
+    assert full.returncode == 0 and "1:2, argmax, full context" in full.stdout, full.stderr
+    assert [len(line.split()) for line in (tmp_path / "full").read_text().splitlines()] == [3, 2]
     bad = _script("align.py", out, *files, "--head", "1:9", "--output", tmp_path / "x")
     assert bad.returncode == 2 and "heads 1..2" in bad.stderr
     # the recorded best head (of the last scoring run) serves the other scripts

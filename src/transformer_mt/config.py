@@ -47,7 +47,7 @@ class GoldSetConfig:
     """
 
     format: str = "pharaoh"
-    path: str = MISSING
+    path: str = MISSING  # a run's config.yaml or a command line may leave it out: checked below
     src: str | None = None  # pharaoh only: source sentences, one per line
     tgt: str | None = None
     reverse: bool = False  # pharaoh only: its links are target-source
@@ -58,6 +58,31 @@ class GoldSetConfig:
             raise UserError(
                 f"align.gold format must be graca, xlwa or pharaoh, got {self.format!r}"
             )
+
+    @classmethod
+    def typed(cls, where: str, sets: dict[str, Any]) -> dict[str, GoldSetConfig]:
+        """``{name: dict or GoldSetConfig}`` -> ``{name: GoldSetConfig}``, naming bad keys.
+
+        The config fields hold plain dicts (``dict[str, Any]``) so that a set can be added on
+        the command line (``+align.gold.NAME={format:xlwa,path:...}``), which OmegaConf refuses
+        for a dict of dataclasses; the fields are checked here instead.
+        """
+        known = {f.name for f in fields(cls)}
+        out = {}
+        for name, gold in sets.items():
+            if isinstance(gold, cls):
+                out[name] = gold
+                continue
+            gold = dict(gold)
+            unknown = sorted(set(gold) - known)
+            if unknown or "path" not in gold:
+                problem = f"unknown keys {unknown}" if unknown else "no path"
+                raise UserError(
+                    f"{where}.{name}: {problem}; a gold set has {sorted(known)}, e.g. "
+                    f"+{where}.{name}={{format:xlwa,path:/data/test.tsv}}"
+                )
+            out[name] = cls(**gold)
+        return out
 
 
 @dataclass
@@ -100,7 +125,7 @@ class DataConfig:
     # Sentence pairs added to training after the holdout and the subset, never held out: the
     # text (not the links) of word-alignment gold sets, which an unsupervised aligner such as
     # eflomal is given too. Per name, a gold set as in align.gold (recipes: ${align.gold}).
-    extra_train: dict[str, GoldSetConfig] = field(default_factory=dict)
+    extra_train: dict[str, Any] = field(default_factory=dict)  # name -> GoldSetConfig
     train_subset: int | None = None  # keep N training pairs
     subset_strategy: str = "first"  # "first" N, or a seeded "random" N
     vocab_size: int = 1_000  # joint SentencePiece BPE vocabulary
@@ -130,11 +155,8 @@ class DataConfig:
         }
 
     def __post_init__(self) -> None:
-        # a run's config.yaml read back as plain dicts (checkpoint.run_data_config): typed again
-        self.extra_train = {
-            name: GoldSetConfig(**gold) if isinstance(gold, dict) else gold
-            for name, gold in self.extra_train.items()
-        }
+        # plain dicts from the config (and a run's config.yaml read back): typed here
+        self.extra_train = GoldSetConfig.typed("data.extra_train", self.extra_train)
         if self.source not in ("demo", "hub", "local"):
             raise UserError(f"data.source must be 'demo', 'hub' or 'local', got {self.source!r}")
         if self.subset_strategy not in ("first", "random"):
@@ -250,9 +272,10 @@ class AlignConfig:
     # row for a target word sees that word (Garg et al.'s "full context"; fairseq's
     # --full-context-alignment). Costs one more pass through the layers up to align.layer.
     full_context: bool = False
-    gold: dict[str, GoldSetConfig] = field(default_factory=dict)  # AER at every validation
+    gold: dict[str, Any] = field(default_factory=dict)  # name -> GoldSetConfig: AER at validations
 
     def __post_init__(self) -> None:
+        self.gold = GoldSetConfig.typed("align.gold", self.gold)
         if self.weight < 0:
             raise UserError(f"align.weight must be >= 0, got {self.weight}")
         if self.head < 1:

@@ -29,6 +29,7 @@ from transformer_mt.callbacks import (
     StepProgressBar,
 )
 from transformer_mt.config import (
+    AlignConfig,
     CheckpointingConfig,
     DataConfig,
     HeatmapConfig,
@@ -72,7 +73,7 @@ def run(cfg: DictConfig) -> dict:
     }
     if trainer.is_global_zero:
         metrics["alignment"] = draw_heatmaps(
-            module.model, datamodule, OmegaConf.to_object(cfg.heatmaps), out
+            module.model, datamodule, OmegaConf.to_object(cfg.heatmaps), out, module.guided
         )
         draw_curves(out)
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
@@ -148,7 +149,8 @@ def guided_settings(cfg: DictConfig) -> dict | None:
 def gold_sets(cfg: DictConfig, tokenizer) -> list[GoldSet]:
     """``align.gold``'s sets in the run's direction, minus pairs the tokenizer cannot fold into words."""
     sets = []
-    for name, spec in cfg.align.gold.items():
+    align: AlignConfig = OmegaConf.to_object(cfg.align)  # typed and checked (GoldSetConfig)
+    for name, spec in align.gold.items():
         gold = load_gold_set(name, spec, cfg.data.src_lang, cfg.data.tgt_lang)
         gold, dropped = gold.foldable(tokenizer)
         log.info(
@@ -329,12 +331,18 @@ def test_report(module: TranslationModule, datamodule: TranslationDataModule, ou
 
 
 def draw_heatmaps(
-    model: Transformer, datamodule: TranslationDataModule, cfg: HeatmapConfig, out: Path
+    model: Transformer,
+    datamodule: TranslationDataModule,
+    cfg: HeatmapConfig,
+    out: Path,
+    guided: dict | None = None,
 ) -> dict:
     """Heatmaps of one decoder layer's cross-attention (heads averaged) after training.
 
     The example sentence ``cfg.src`` (translated by the model, or teacher-forced on
-    ``cfg.tgt``) goes to ``alignment_layer<N>.png`` and ``alignment_heads.png``; the first
+    ``cfg.tgt``) goes to ``alignment_layer<N>.png`` and ``alignment_heads.png``, and with
+    ``guided`` (the module's settings, 1-based layer) the guided head alone, read as it was
+    trained, to ``alignment_layer<L>_head<H>.png``; the first
     ``cfg.valid_sentences`` validation pairs of at most ``cfg.max_words`` words, teacher-forced
     on their references, to ``alignment_valid/<k>_layer<N>.png``: the same sentences every run.
 
@@ -351,6 +359,20 @@ def draw_heatmaps(
         example["png"] = example["files"][0]
         drawn["example"] = example
         log.info("alignment heatmap: %s", out / example["png"])
+        if guided is not None:
+            head = save_pair_heatmaps(
+                model,
+                tokenizer,
+                cfg.src,
+                cfg.tgt,
+                out / "alignment",
+                guided["layer"],
+                heads=False,
+                head=guided["head"],
+                full_context=guided.get("full_context", False),
+            )
+            drawn["guided_head"] = {"png": head["files"][0], "strongest": head["strongest"]}
+            log.info("guided head's heatmap: %s", out / head["files"][0])
     fitting = [
         row
         for row in valid

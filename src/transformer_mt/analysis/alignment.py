@@ -84,6 +84,7 @@ def translation_links(
     layer: int = -1,
     head: int | None = None,
     shift: bool = False,
+    full_context: bool = False,
 ) -> Links:
     """Word links of a translation (piece ids, no EOS): argmax rows of one layer's cross-attention.
 
@@ -91,10 +92,12 @@ def translation_links(
         layer: 1-based, or negative from the end.
         head: one head (1-based), or None for the heads averaged.
         shift: read target word j from the row where it is the decoder's input (row j + 1).
+        full_context: capture with the whole translation as context (``capture``).
 
     The EOS row and column are left out, so every link joins two real words.
     """
-    words = pair_attention(model, tokenizer, src_ids, tgt_ids).words("cross")  # (L, H, W_t, W_s)
+    pair = pair_attention(model, tokenizer, src_ids, tgt_ids, full_context=full_context)
+    words = pair.words("cross")  # (L, H, W_t, W_s)
     index = layer - 1 if layer > 0 else layer
     picked = words[index] if head is None else words[index, head - 1 : head]
     rows = picked[:, 1:] if shift else picked[:, :-1]

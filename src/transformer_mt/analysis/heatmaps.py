@@ -28,6 +28,7 @@ def save_pair_heatmaps(
     formats: tuple[str, ...] = ("png",),
     heads: bool = True,
     head: int | None = None,
+    full_context: bool = False,
 ) -> dict:
     """Draw one pair's cross-attention: ``<stem>_layer<N>.<fmt>`` and ``<stem>_heads.<fmt>``.
 
@@ -38,12 +39,14 @@ def save_pair_heatmaps(
         formats: file suffixes matplotlib understands, e.g. ``("png", "svg")``.
         heads: also draw the grid of every head of every layer.
         head: draw this head of ``layer`` (1-based) instead of the heads averaged.
+        full_context: capture with the whole target as the decoder's context (how a head
+            trained with ``align.full_context`` is read); the titles say so.
 
     Returns:
         the source, the target drawn (translation or given), the layer, the files written, and
         per target word the source word it attends to most.
     """
-    pair = pair_attention(model, tokenizer, src, tgt)
+    pair = pair_attention(model, tokenizer, src, tgt, full_context=full_context)
     weights, src_words, tgt_words = pair.words("cross"), pair.src_words, pair.tgt_words
     index = layer_index(layer, weights.size(0))
     if head is not None and not 1 <= head <= weights.size(1):
@@ -56,6 +59,8 @@ def save_pair_heatmaps(
         words = weights[index, head - 1]
         title = f"decoder layer {index + 1}, head {head}: cross-attention"
         name = f"{stem.name}_layer{index + 1}_head{head}"
+    if full_context:
+        title += " (full target context)"
     stem.parent.mkdir(parents=True, exist_ok=True)
     figures = [(name, plot_alignment(words, src_words, tgt_words, title), 150)]
     if heads:

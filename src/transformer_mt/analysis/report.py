@@ -1,7 +1,9 @@
 """Aligning a corpus with a trained model, as ``scripts/align.py`` does: inputs, readings, table.
 
 Each reading is a (method, shift) pair of ``score_layers``: the argmax row of each target word,
-the same one row later ("shift", Chen et al. 2020), and the intersection of both directions.
+the same one row later ("shift", Chen et al. 2020), the intersection of both directions, and
+"full": the argmax row of attention captured with the whole target as the decoder's context
+(the reading of a head trained with ``align.full_context``; Garg et al. 2019).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from torch import Tensor
 
@@ -20,6 +23,7 @@ from transformer_mt.analysis.alignment import (
     format_pharaoh,
     parse_head,
     read_pharaoh,
+    score_heads,
     score_layers,
 )
 from transformer_mt.errors import UserError
@@ -28,7 +32,9 @@ READINGS = {
     "argmax": dict(method="argmax", shift=False),
     "shift": dict(method="argmax", shift=True),
     "intersect": dict(method="intersect", shift=False),
+    "full": dict(method="argmax", shift=False),
 }
+FULL_CONTEXT = frozenset({"full"})  # readings of attention captured with the whole target seen
 
 Gold = list[tuple[Links, Links]]
 
@@ -79,17 +85,40 @@ def clean_gold(
     return cleaned, warnings
 
 
-def attend_corpus(model, tokenizer, sources: list[str], targets: list[str]) -> list[Tensor]:
-    """``corpus_attention`` with a progress bar; text that does not fold into words is a UserError."""
+@dataclass
+class CorpusAttention:
+    """Word-level cross-attention of a corpus, captured both ways (``corpus_attention``)."""
+
+    causal: list[Tensor]  # as the model predicts: row t sees the target before t
+    full: list[Tensor]  # with the whole target as context
+
+    def of(self, reading: str) -> list[Tensor]:
+        """The attention a reading (a key of ``READINGS``) is read from."""
+        return self.full if reading in FULL_CONTEXT else self.causal
+
+
+def attend_corpus(model, tokenizer, sources: list[str], targets: list[str]) -> CorpusAttention:
+    """``corpus_attention``, causal and full-context, with progress bars; text that does not
+    fold into words is a UserError."""
     try:
-        return corpus_attention(model, tokenizer, sources, targets, progress=True)
+        return CorpusAttention(
+            *(
+                corpus_attention(model, tokenizer, sources, targets, True, full_context=full)
+                for full in (False, True)
+            )
+        )
     except ValueError as err:
         raise UserError(str(err)) from None
 
 
-def score_readings(attention: list[Tensor], gold: Gold | None) -> dict[str, list[LayerScores]]:
+def score_readings(attention: CorpusAttention, gold: Gold | None) -> dict[str, list[LayerScores]]:
     """Every reading of every decoder layer (heads averaged)."""
-    return {name: score_layers(attention, gold, **how) for name, how in READINGS.items()}
+    return {name: score_layers(attention.of(name), gold, **how) for name, how in READINGS.items()}
+
+
+def score_head_grids(attention: CorpusAttention, gold: Gold) -> dict[str, list[list[LayerScores]]]:
+    """``score_heads`` in every reading: reading -> per layer, every head and the mean."""
+    return {name: score_heads(attention.of(name), gold, **how) for name, how in READINGS.items()}
 
 
 def best_reading(rows: dict[str, list[LayerScores]]) -> tuple[str, LayerScores]:
@@ -181,16 +210,27 @@ class BestHead:
         return cls(record["layer"], record["head"], record["reading"], record["aer"])
 
 
-def resolve_head(
-    text: str, run_dir: Path, n_layers: int, n_heads: int
-) -> tuple[int, int | None, bool]:
-    """``--head`` of the scripts -> (1-based layer, 1-based head or None, shifted reading).
+class HeadChoice(NamedTuple):
+    """What ``--head`` picked: where to read, and how."""
 
-    ``best`` is the head ``scripts/align.py`` recorded for the run, with its reading; ``L:H``
-    and ``L`` are read as written (``parse_head``), unshifted.
+    layer: int  # 1-based
+    head: int | None  # 1-based; None: the heads averaged
+    shift: bool  # read target word j from row j + 1
+    full_context: bool  # capture with the whole target as context
+
+
+def resolve_head(
+    text: str, run_dir: Path, n_layers: int, n_heads: int, full_context: bool = False
+) -> HeadChoice:
+    """``--head`` (and ``--full-context``) of the scripts -> a ``HeadChoice``.
+
+    ``best`` is the head ``scripts/align.py`` recorded for the run, with its reading (which
+    decides shift and full context); ``L:H`` and ``L`` are read as written (``parse_head``),
+    unshifted, with the full target as context when ``full_context``.
     """
     if text == "best":
         best = BestHead.load(run_dir)
-        return best.layer, best.head, READINGS[best.reading]["shift"]
+        shift, full = READINGS[best.reading]["shift"], best.reading in FULL_CONTEXT
+        return HeadChoice(best.layer, best.head, shift, full)
     layer, head = parse_head(text, n_layers, n_heads)
-    return layer, head, False
+    return HeadChoice(layer, head, False, full_context)
