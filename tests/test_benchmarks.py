@@ -52,6 +52,16 @@ def test_train_step_compares_with_nn_transformer_and_reports_mfu() -> None:
     assert "%" in out.split("transformer_mt")[1].splitlines()[0]  # its MFU
 
 
+def test_guided_step_times_plain_guided_and_full_context_steps() -> None:
+    out = _run(
+        *("guided_step.py", "--layers", "2", "--d-model", "16", "--d-ff", "32", "--heads", "2"),
+        *("--vocab", "50", "--batch", "4", "--length", "6", "--steps", "2", "--warmup", "1"),
+    )
+    rows = [line for line in out.splitlines() if "ms/step" in line]
+    assert [r.split("  ")[0].strip() for r in rows] == ["plain", "guided", "full context"]
+    assert rows[0].rstrip().endswith("1.000x the plain step's time")
+
+
 def test_memory_reports_both_attention_paths() -> None:
     out = _run("memory.py", "--lengths", "16")  # each point is a fresh process: one is enough here
     rows = [line.split() for line in out.splitlines() if line.strip().split(" ")[0] == "16"]
