@@ -103,6 +103,7 @@ class DecoderLayer(nn.Module):
         cross_cache: LayerCache | None = None,
         need_weights: bool = False,
         cross_head: int | None = None,
+        skip_ffn: bool = False,
     ) -> tuple[Tensor, LayerCache, LayerCache, tuple[Tensor | None, Tensor] | None]:
         """One decoder layer, for a whole target (training) or new positions (decoding).
 
@@ -117,6 +118,8 @@ class DecoderLayer(nn.Module):
             need_weights: also return the attention weights (slower reference path).
             cross_head: return this cross-attention head's weights only (0-based, as
                 (B, 1, T, S); self-attention's are then None), the rest on the fast path.
+            skip_ffn: stop after cross-attention (the states returned are then not the
+                layer's output): for a pass that only wants the attention weights.
 
         Returns:
             states (B, T, D), the self- and cross-attention K/V, and None or the weights
@@ -142,6 +145,7 @@ class DecoderLayer(nn.Module):
         )
         x = self.norm_cross.exit(x, y)
         # 3) Position-wise feed-forward.
-        x = self.norm_ffn.exit(x, self.ffn(self.norm_ffn.enter(x)))
+        if not skip_ffn:
+            x = self.norm_ffn.exit(x, self.ffn(self.norm_ffn.enter(x)))
         weights = (self_weights, cross_weights) if cross_weights is not None else None
         return x, self_kv, cross_kv, weights

@@ -145,7 +145,7 @@ class Decoder(nn.Module):
         The layers up to ``layer`` run without the causal mask (padding only), so the row
         that produces target piece t also sees t and every later piece: Garg et al.'s (2019)
         "full context" alignment, which fairseq's ``--full-context-alignment`` trains. The
-        layers above ``layer`` and the output are not computed.
+        layers above ``layer``, the FFN of ``layer`` and the output are not computed.
 
         Args:
             tgt_in: (B, T) BOS + target, right-padded; memory (B, S, D), memory_mask (B, 1, 1, S).
@@ -159,8 +159,10 @@ class Decoder(nn.Module):
         x = self.embed(tgt_in)  # (B, T, D)
         attn_mask = without_trivial(memory_mask)
         for i in range(layer + 1):
-            probe = head if i == layer else None
-            x, _, _, w = self.layers[i](x, memory, target_mask, attn_mask, cross_head=probe)
+            last = i == layer  # its FFN would feed nothing that is read
+            x, _, _, w = self.layers[i](
+                x, memory, target_mask, attn_mask, cross_head=head if last else None, skip_ffn=last
+            )
         return w[1][:, 0]
 
 
