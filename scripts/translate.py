@@ -138,8 +138,11 @@ def translate_ct2(args: argparse.Namespace, lines: list[str], cfg: DecodeConfig)
     layer, heads averaged: --head is not available there)."""
     from transformer_mt.deploy.ct2 import CT2Translator, attention_links
 
-    if args.alignments and args.head != "-1":
-        raise SystemExit("error: --engine ct2 aligns with the last layer's heads averaged only")
+    if args.alignments and (args.head != "-1" or args.full_context):
+        raise SystemExit(
+            "error: --engine ct2 aligns with the last layer's heads averaged only, as the model "
+            "predicts (no --head, no --full-context); use --engine torch for those"
+        )
     engine = CT2Translator(args.ct2_dir or Path(args.run) / "ct2")
     found = engine.translate(lines, cfg, args.n_best, args.long_inputs, attention=args.alignments)
     results, weights = found if args.alignments else (found, None)
