@@ -59,6 +59,12 @@ def test_the_loss_is_zero_for_the_target_distribution_and_positive_otherwise() -
     uniform = torch.full((1, 2, 3), 1 / 3)
     expected = (np.log(3) + np.log(3 / 2)) / 2  # KL per row, averaged over the two rows
     assert alignment_loss(uniform, index, weight, rows).item() == pytest.approx(expected, rel=1e-5)
+    # shift: piece t is supervised at row t + 1, where it is the decoder's input
+    shifted = torch.cat([uniform, target], dim=1)[:, 1:]  # rows: uniform, target's 0, target's 1
+    assert alignment_loss(shifted, index, weight, rows, shift=True).item() == pytest.approx(
+        0.0, abs=1e-7
+    )
+    assert alignment_loss(shifted, index, weight, rows).item() > 0.1
     # no supervised row: zero, still attached to the graph
     empty = alignment_loss(uniform.requires_grad_(), *supervision(np.zeros(0), np.array([0])))
     assert empty.item() == 0.0 and empty.requires_grad
@@ -75,8 +81,8 @@ PAIRS = [  # Spanish -> English, adjective after the noun: the links cross
 
 
 @pytest.mark.slow  # a few hundred training steps of a tiny model
-@pytest.mark.parametrize("full_context", [False, True])
-def test_a_tiny_model_learns_the_given_alignment_in_its_guided_head(full_context) -> None:
+@pytest.mark.parametrize(("full_context", "shift"), [(False, False), (True, False), (False, True)])
+def test_a_tiny_model_learns_the_given_alignment_in_its_guided_head(full_context, shift) -> None:
     torch.manual_seed(0)
     words = sorted({w for s, t, _ in PAIRS for w in f"{s} {t}".split()})
     ids = {w: i + 4 for i, w in enumerate(words)}
@@ -105,7 +111,9 @@ def test_a_tiny_model_learns_the_given_alignment_in_its_guided_head(full_context
             batch.src, batch.tgt_in, layer, head, full_context
         )
         loss, _ = label_smoothed_nll(logits, batch.tgt_out, epsilon=0.0)
-        align = alignment_loss(weights, batch.align_index, batch.align_weight, batch.align_rows)
+        align = alignment_loss(
+            weights, batch.align_index, batch.align_weight, batch.align_rows, shift=shift
+        )
         total = loss / batch.n_tgt_tokens + 0.5 * align
         optimizer.zero_grad()
         total.backward()
@@ -113,11 +121,8 @@ def test_a_tiny_model_learns_the_given_alignment_in_its_guided_head(full_context
     model.eval()
     with torch.no_grad():
         _, weights = model.forward_with_head(batch.src, batch.tgt_in, layer, head, full_context)
-    predicted = {
-        (n, i, j)
-        for n in range(len(PAIRS))
-        for i, j in hard_alignment(weights[n, :3, :3])  # the 3 words' rows and columns
-    }
+    rows = weights[:, 1:4, :3] if shift else weights[:, :3, :3]  # the 3 words' rows, columns
+    predicted = {(n, i, j) for n in range(len(PAIRS)) for i, j in hard_alignment(rows[n])}
     gold = {(n, i, j) for n, (_, _, links) in enumerate(PAIRS) for i, j in links}
     assert alignment_error_rate(predicted, gold) == 0.0
     assert align.item() < 0.05
@@ -132,7 +137,13 @@ def test_guided_training_needs_word_links_and_a_real_head(compose_cfg) -> None:
     with pytest.raises(UserError, match="align.guided=true needs word alignments"):
         guided_settings(compose_cfg("align.guided=true"))
     settings = guided_settings(compose_cfg("align.guided=true", "data.alignments=builtin"))
-    assert settings == {"weight": 0.05, "layer": -2, "head": 1, "full_context": False}
+    assert settings == {
+        "weight": 0.05,
+        "layer": -2,
+        "head": 1,
+        "full_context": False,
+        "shift": False,
+    }
     cfg = TransformerConfig(n_layers=2, d_model=16, d_ff=32, n_heads=2, vocab_size=20)
     from dataclasses import asdict
 

@@ -272,6 +272,10 @@ class AlignConfig:
     # row for a target word sees that word (Garg et al.'s "full context"; fairseq's
     # --full-context-alignment). Costs one more pass through the layers up to align.layer.
     full_context: bool = False
+    # Supervise (and read) the row where the target word is the decoder's *input*, one step
+    # after the row that predicts it (Chen et al. 2020's shifted reading): the row sees the
+    # word it aligns, as with full_context, at no extra cost (the causal pass is the only one).
+    shift: bool = False
     gold: dict[str, Any] = field(default_factory=dict)  # name -> GoldSetConfig: AER at validations
 
     def __post_init__(self) -> None:
@@ -280,6 +284,11 @@ class AlignConfig:
             raise UserError(f"align.weight must be >= 0, got {self.weight}")
         if self.head < 1:
             raise UserError(f"align.head is 1-based, got {self.head}")
+        if self.shift and self.full_context:
+            raise UserError(
+                "align.shift and align.full_context are two ways for the guided head's row to see "
+                "its target word: set one of them to false"
+            )
 
 
 @dataclass

@@ -57,9 +57,10 @@ class TranslationModule(L.LightningModule):
             references: {"valid": [...], "test": [...]} target sentences by row, for BLEU;
                 none: BLEU is not computed (the loss and perplexity still are).
             guided: guided alignment, {"weight": λ, "layer": L, "head": H, "full_context":
-                bool} (1-based, a negative layer from the end): the loss gains λ x the KL
-                divergence between that cross-attention head (read with the whole target as
-                context when full_context) and the batch's word links (``data/guided.py``).
+                bool, "shift": bool} (1-based, a negative layer from the end): the loss gains
+                λ x the KL divergence between that cross-attention head (read with the whole
+                target as context when full_context; a target word's row is the one where it
+                is the input when shift) and the batch's word links (``data/guided.py``).
             gold_sets: gold alignments scored at every validation (``val/aer_<name>``: the
                 guided head's AER, and the best layer's with heads averaged).
         """
@@ -131,7 +132,13 @@ class TranslationModule(L.LightningModule):
         )
         loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.model_cfg.label_smoothing)
         # Lightning moved the batch, these tensors included, to the device
-        align = alignment_loss(weights, batch.align_index, batch.align_weight, batch.align_rows)
+        align = alignment_loss(
+            weights,
+            batch.align_index,
+            batch.align_weight,
+            batch.align_rows,
+            shift=self.guided.get("shift", False),
+        )
         return loss, nll, batch.n_tgt_tokens, align
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor | None:
@@ -318,12 +325,13 @@ class TranslationModule(L.LightningModule):
         if not self.gold_sets or self.tokenizer is None or self.trainer.sanity_checking:
             return
         layer = head = None
-        full_context = False
+        full_context = shift = False
         if self.guided is not None:
             layer, head = self.guided["layer"], self.guided["head"]
             full_context = self.guided.get("full_context", False)
+            shift = self.guided.get("shift", False)
         for gold in self.gold_sets:
-            scores = gold_aer(self.model, self.tokenizer, gold, layer, head, full_context)
+            scores = gold_aer(self.model, self.tokenizer, gold, layer, head, full_context, shift)
             if "head" in scores:
                 self.log(f"val/aer_{gold.name}", scores["head"], prog_bar=True)
             self.log(f"val/aer_{gold.name}_best_layer", scores["best_layer_aer"])

@@ -143,6 +143,7 @@ def guided_settings(cfg: DictConfig) -> dict | None:
         "layer": align.layer,
         "head": align.head,
         "full_context": align.full_context,
+        "shift": align.shift,
     }
 
 
@@ -370,6 +371,7 @@ def draw_heatmaps(
                 heads=False,
                 head=guided["head"],
                 full_context=guided.get("full_context", False),
+                shift=guided.get("shift", False),
             )
             drawn["guided_head"] = {"png": head["files"][0], "strongest": head["strongest"]}
             log.info("guided head's heatmap: %s", out / head["files"][0])

@@ -100,6 +100,7 @@ def gold_aer(
     layer: int | None = None,
     head: int | None = None,
     full_context: bool = False,
+    shift: bool = False,
 ) -> dict[str, float]:
     """AER (argmax reading) of one head (``layer``/``head``, 1-based) and of the best layer's
     heads averaged; the model is put in eval mode by the caller.
@@ -107,6 +108,8 @@ def gold_aer(
     Args:
         full_context: read the head with the whole target as context (a head trained with
             ``align.full_context``); the layers' means are read as the model predicts.
+        shift: read the head's row for a target word where that word is the decoder's input
+            (a head trained with ``align.shift``).
 
     Returns:
         ``{"head": ..., "best_layer": ..., "best_layer_aer": ...}`` (no "head" without one).
@@ -121,5 +124,5 @@ def gold_aer(
                 model, tokenizer, gold.sources, gold.targets, full_context=True
             )
         index = layer - 1 if layer > 0 else layer + len(means)
-        out["head"] = score_layers(attention, gold.gold, head=head)[index].aer
+        out["head"] = score_layers(attention, gold.gold, shift=shift, head=head)[index].aer
     return out

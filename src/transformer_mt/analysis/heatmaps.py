@@ -29,6 +29,7 @@ def save_pair_heatmaps(
     heads: bool = True,
     head: int | None = None,
     full_context: bool = False,
+    shift: bool = False,
 ) -> dict:
     """Draw one pair's cross-attention: ``<stem>_layer<N>.<fmt>`` and ``<stem>_heads.<fmt>``.
 
@@ -41,6 +42,8 @@ def save_pair_heatmaps(
         head: draw this head of ``layer`` (1-based) instead of the heads averaged.
         full_context: capture with the whole target as the decoder's context (how a head
             trained with ``align.full_context`` is read); the titles say so.
+        shift: each target word's row is the one where it is the decoder's input (how a head
+            trained with ``align.shift`` is read); no EOS row then. The titles say so.
 
     Returns:
         the source, the target drawn (translation or given), the layer, the files written, and
@@ -61,8 +64,12 @@ def save_pair_heatmaps(
         name = f"{stem.name}_layer{index + 1}_head{head}"
     if full_context:
         title += " (full target context)"
+    rows = tgt_words
+    if shift:
+        words, rows = words[1:], tgt_words[:-1]  # word j: the row where it is the input
+        title += " (shift reading)"
     stem.parent.mkdir(parents=True, exist_ok=True)
-    figures = [(name, plot_alignment(words, src_words, tgt_words, title), 150)]
+    figures = [(name, plot_alignment(words, src_words, rows, title), 150)]
     if heads:
         figures.append((f"{stem.name}_heads", plot_heads(weights, src_words, tgt_words), 110))
     files = []
@@ -78,6 +85,6 @@ def save_pair_heatmaps(
         "translated": pair.translated,
         "layer": index + 1,
         "head": head,
-        "strongest": [[t, src_words[j]] for t, j in zip(tgt_words, best)],
+        "strongest": [[t, src_words[j]] for t, j in zip(rows, best, strict=True)],
         "files": files,
     }

@@ -86,19 +86,24 @@ def supervision(flat: np.ndarray, lens: np.ndarray) -> tuple[Tensor, Tensor, int
     return torch.from_numpy(index), torch.from_numpy(weight.astype(np.float32)), len(rows)
 
 
-def alignment_loss(weights: Tensor, index: Tensor, weight: Tensor, n_rows: int) -> Tensor:
+def alignment_loss(
+    weights: Tensor, index: Tensor, weight: Tensor, n_rows: int, shift: bool = False
+) -> Tensor:
     """KL(target || head) per supervised target row, averaged over those rows.
 
     Args:
         weights: (B, T, S) one head's attention (rows sum to 1).
         index, weight, n_rows: from ``supervision``.
+        shift: supervise, for target piece t, the row where it is the decoder's input
+            (row t + 1: ``tgt_in`` is BOS and the pieces) instead of the row that predicts it.
 
     Zero exactly when the head puts on every supervised row the target distribution; the
     gradient is that of Garg et al.'s cross-entropy (the two differ by the target's entropy).
     """
     if n_rows == 0:
         return weights.sum() * 0.0  # keeps the graph (DDP) without a host read
-    picked = weights[index[:, 0], index[:, 1], index[:, 2]].float()  # (N,)
+    rows = index[:, 1] + 1 if shift else index[:, 1]
+    picked = weights[index[:, 0], rows, index[:, 2]].float()  # (N,)
     tiny = torch.finfo(torch.float32).tiny
     kl = weight * (weight.log() - picked.clamp_min(tiny).log())
     return kl.sum() / n_rows
