@@ -10,8 +10,8 @@ given the first run's training pairs plus the gold pairs' sentences (without the
 an unsupervised aligner is evaluated (lowercased: it works on word types); then for every run:
 its best head over every layer x head (argmax, shift and full-context readings), its best
 layer with heads averaged, the shift reading of that layer, and (a run trained with
-``align.guided``) the guided head, read with the whole target as context when the run trained
-it so (``align.full_context``). ``--by-length`` adds the AER of eflomal and of each run's
+``align.guided``) the guided head, read as the run trained it: with the whole target as context
+(``align.full_context``), or a word from the row where it is the input (``align.shift``). ``--by-length`` adds the AER of eflomal and of each run's
 guided (else best) head by source sentence length. AER is lower-better; P and R are precision
 against possible links and recall of sure ones. ``pip install -e ".[align]"`` for eflomal.
 """
@@ -30,7 +30,7 @@ from machine import describe  # benchmarks/machine.py
 
 from transformer_mt.analysis import corpus_attention, corpus_scores, read_pharaoh, symmetrize
 from transformer_mt.analysis.gold import GoldSet, load_gold_set
-from transformer_mt.analysis.report import CorpusAttention, score_head_grids
+from transformer_mt.analysis.report import CorpusAttention, guided_choice, score_head_grids
 from transformer_mt.checkpoint import load_model, run_data_config
 from transformer_mt.data.dataset import load_corpus
 
@@ -67,15 +67,18 @@ def run_eflomal(gold: GoldSet, train_src: list[str], train_tgt: list[str]):
 LENGTHS = ((1, 10), (11, 20), (21, 30), (31, 10_000))  # source words, for --by-length
 
 
-def guided_head(run: Path) -> tuple[int, int, bool] | None:
-    """(layer, head, full context), 1-based, of a run trained with align.guided; else None."""
-    cfg = yaml.safe_load((run / "config.yaml").read_text())
-    align = cfg.get("align") or {}
-    if not align.get("guided"):
+def guided_head(run: Path) -> tuple[int, int, str] | None:
+    """(layer, head, reading), 1-based, of a run trained with align.guided; else None.
+
+    The reading is how the head was trained: ``full`` (align.full_context), ``shift``
+    (align.shift) or ``argmax`` (the row that predicts the word).
+    """
+    n_layers = yaml.safe_load((run / "config.yaml").read_text())["model"]["n_layers"]
+    choice = guided_choice(run, n_layers)
+    if choice is None:
         return None
-    layer = align["layer"]
-    layer = layer if layer > 0 else cfg["model"]["n_layers"] + layer + 1
-    return layer, align["head"], bool(align.get("full_context", False))
+    reading = "full" if choice.full_context else "shift" if choice.shift else "argmax"
+    return choice.layer, choice.head, reading
 
 
 def by_length(links: list, gold: GoldSet) -> str:
@@ -126,9 +129,9 @@ def score_run(
     )
     guided = guided_head(run)
     if guided is not None:
-        layer_no, head_no, full = guided
-        s = grids["full" if full else "argmax"][layer_no - 1][head_no - 1]
-        how = ", full context" if full else ""
+        layer_no, head_no, reading = guided
+        s = grids[reading][layer_no - 1][head_no - 1]
+        how = {"full": ", full context", "shift": ", shift", "argmax": ""}[reading]
         rows.append((f"{name}: guided head {s.name}{how}", (s.aer, s.precision, s.recall)))
         chosen = s.links
     return rows, chosen

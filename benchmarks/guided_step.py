@@ -1,4 +1,4 @@
-"""What guided alignment costs a training step: plain, guided, and guided with full context.
+"""What guided alignment costs a training step: plain, guided (as predicted, shifted), full context.
 
     python benchmarks/guided_step.py                   # the small model of experiment=anki_es_en_cpu
     python benchmarks/guided_step.py --layers 6 --d-model 512 --heads 8 --d-ff 2048 --vocab 32000
@@ -8,9 +8,11 @@ sentences x ``--length`` pieces on each side, the same random batch for the thre
 - plain: ``Transformer.forward``;
 - guided: ``forward_with_head`` (one head's weights computed beside the fused kernel) and the
   alignment loss (λ 0.5) on one link per target piece, as ``align.guided=true`` trains;
+- guided, shift: the same, each piece supervised at the row where it is the input
+  (``align.shift=true``);
 - full context: the same with ``align.full_context=true`` (a second, unmasked decoder pass up
   to the supervised layer, ``Decoder.head_weights``).
-Steps rotate through the three, so machine noise hits them alike; ratios are of medians.
+Steps rotate through the variants, so machine noise hits them alike; ratios are of medians.
 """
 
 from __future__ import annotations
@@ -26,19 +28,20 @@ from transformer_mt import Transformer, TransformerConfig
 from transformer_mt.data.guided import alignment_loss
 from transformer_mt.loss import label_smoothed_nll
 
-VARIANTS = ("plain", "guided", "full context")
+VARIANTS = ("plain", "guided", "guided, shift", "full context")
 
 
 def make_batch(args: argparse.Namespace, generator: torch.Generator):
-    """Random ids (no padding), and one link per target piece to a random source piece."""
+    """Random ids (no padding), and one link per target piece but the last (EOS's place, never
+    linked) to a random source piece."""
     B, L = args.batch, args.length
     src = torch.randint(4, args.vocab, (B, L), generator=generator)
     tgt = torch.randint(4, args.vocab, (B, L + 1), generator=generator)
-    linked = torch.randint(0, L, (B, L), generator=generator)  # (B, T) source piece per row
-    rows = torch.arange(L).expand(B, L)
-    batch_ids = torch.arange(B)[:, None].expand(B, L)
+    linked = torch.randint(0, L, (B, L - 1), generator=generator)  # source piece per row
+    rows = torch.arange(L - 1).expand(B, L - 1)
+    batch_ids = torch.arange(B)[:, None].expand(B, L - 1)
     index = torch.stack([batch_ids.flatten(), rows.flatten(), linked.flatten()], dim=1)  # (N, 3)
-    return src, tgt[:, :-1], tgt[:, 1:], index, torch.ones(B * L), B * L
+    return src, tgt[:, :-1], tgt[:, 1:], index, torch.ones(B * (L - 1)), B * (L - 1)
 
 
 def step(model, optimizer, batch, variant: str, layer: int) -> None:
@@ -49,7 +52,7 @@ def step(model, optimizer, batch, variant: str, layer: int) -> None:
     else:
         full = variant == "full context"
         logits, weights = model.forward_with_head(src, tgt_in, layer, 0, full_context=full)
-        align = alignment_loss(weights, index, weight, n_rows)
+        align = alignment_loss(weights, index, weight, n_rows, shift=variant == "guided, shift")
     loss, _ = label_smoothed_nll(logits, tgt_out, 0.1)
     total = loss / tgt_out.numel() + 0.5 * align
     optimizer.zero_grad(set_to_none=True)
@@ -106,7 +109,7 @@ def main() -> None:
     for variant in VARIANTS:
         median = statistics.median(times[variant])
         print(
-            f"{variant:<13} {median * 1000:8.1f} ms/step  {tokens / median:8,.0f} target tokens/s"
+            f"{variant:<14} {median * 1000:8.1f} ms/step  {tokens / median:8,.0f} target tokens/s"
             f"  {median / plain:.3f}x the plain step's time"
         )
 

@@ -50,8 +50,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("alignment"), help="output path stem")
     parser.add_argument(
         "--head",
-        help="draw one head instead of the layer's mean: L:H (1-based), or best (recorded by "
-        "scripts/align.py); overrides --layer",
+        help="draw one head instead of the layer's mean: L:H (1-based), best (recorded by "
+        "scripts/align.py), or guided (the head the run trained with align.guided, read as "
+        "trained); overrides --layer",
     )
     parser.add_argument("--no-heads", action="store_true", help="skip the per-head grid")
     parser.add_argument(
@@ -100,9 +101,9 @@ def main() -> None:
         if len(found[0]) < args.hypothesis:
             raise UserError(f"beam {args.beam} found only {len(found[0])} hypotheses")
         target = found[0][args.hypothesis - 1].tokens
-    layer, head, full_context = args.layer, None, args.full_context
+    layer, head, shift, full_context = args.layer, None, False, args.full_context
     if args.head is not None:
-        layer, head, _, full_context = resolve_head(
+        layer, head, shift, full_context = resolve_head(
             args.head, args.run_dir, model.cfg.n_layers, model.cfg.n_heads, args.full_context
         )
     drawn = save_pair_heatmaps(
@@ -116,6 +117,7 @@ def main() -> None:
         heads=not args.no_heads,
         head=head,
         full_context=full_context,
+        shift=shift,
     )
     print(f"source: {drawn['source']}")
     what = "target" if args.tgt is not None else "translation"

@@ -89,8 +89,9 @@ def main() -> None:
     parser.add_argument(
         "--head",
         default="-1",
-        help="--alignments from L:H (1-based; negative from the end), L (heads averaged), or "
-        "best (recorded by scripts/align.py); default: the last layer, heads averaged",
+        help="--alignments from L:H (1-based; negative from the end), L (heads averaged), best "
+        "(recorded by scripts/align.py), or guided (the head the run trained with align.guided, "
+        "read as trained); default: the last layer, heads averaged",
     )
     parser.add_argument(
         "--full-context",

@@ -58,7 +58,12 @@ def test_guided_step_times_plain_guided_and_full_context_steps() -> None:
         *("--vocab", "50", "--batch", "4", "--length", "6", "--steps", "2", "--warmup", "1"),
     )
     rows = [line for line in out.splitlines() if "ms/step" in line]
-    assert [r.split("  ")[0].strip() for r in rows] == ["plain", "guided", "full context"]
+    assert [r.split("  ")[0].strip() for r in rows] == [
+        "plain",
+        "guided",
+        "guided, shift",
+        "full context",
+    ]
     assert rows[0].rstrip().endswith("1.000x the plain step's time")
 
 

@@ -83,12 +83,16 @@ def test_run_smoke_two_steps(compose_cfg, tmp_path) -> None:
     ).is_file()
 
 
-@pytest.mark.slow  # a few seconds: AER on a gold set at validation
-def test_guided_full_context_run_scores_its_head_on_a_gold_set_and_draws_it(
-    compose_cfg, tmp_path
+@pytest.mark.slow  # a few seconds each: AER on a gold set at validation
+@pytest.mark.parametrize("reading", ["full_context", "shift"])
+def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
+    compose_cfg, tmp_path, reading
 ) -> None:
     """Guided alignment end to end in seconds: the built-in links, the head trained and read
-    with the full target as context, AER on a gold set at validation, the head's heatmap."""
+    with the full target as context or shifted, AER on a gold set at validation, the head's
+    heatmap, and ``--head guided`` finding the head with its reading."""
+    from transformer_mt.analysis.report import HeadChoice, resolve_head
+
     (tmp_path / "g.es").write_text("el gato negro\nla casa\n")
     (tmp_path / "g.en").write_text("the black cat\nthe house\n")
     (tmp_path / "g.wa").write_text("0-0 1-2 2-1\n0-0 1-1\n")
@@ -98,7 +102,7 @@ def test_guided_full_context_run_scores_its_head_on_a_gold_set_and_draws_it(
         *("model.n_layers=2", "model.d_model=16", "model.d_ff=32", "model.n_heads=2"),
         *("trainer.max_steps=2", "trainer.enable_progress_bar=false", "trainer.loggers=[csv]"),
         *("heatmaps.valid_sentences=0", "checkpoint.keep_last=1", "trainer.val_check_interval=2"),
-        *("data.alignments=builtin", "align.guided=true", "align.full_context=true"),
+        *("data.alignments=builtin", "align.guided=true", f"align.{reading}=true"),
         f"+align.gold.tiny={gold}",
     )
     metrics = run(cfg)
@@ -108,6 +112,32 @@ def test_guided_full_context_run_scores_its_head_on_a_gold_set_and_draws_it(
     assert "val/aer_tiny" in logged and "train/align_kl" in logged
     drawn = metrics["alignment"]["guided_head"]
     assert drawn["png"] == "alignment_layer1_head1.png" and (out / drawn["png"]).is_file()
+    # shifted, a word's row is the one where it is the input: no EOS row in the picture
+    n_words = len(metrics["alignment"]["example"]["target"].split())
+    assert len(drawn["strongest"]) == n_words + (reading == "full_context")
+    shift = reading == "shift"
+    assert resolve_head("guided", out, 2, 2) == HeadChoice(1, 1, shift, not shift)
+    ckpt = out / "checkpoints" / "last.ckpt"
+    assert resolve_head("guided", ckpt, 2, 2) == HeadChoice(1, 1, shift, not shift)
+    # the benchmark reads the guided head as trained, beside eflomal on the same text
+    pytest.importorskip("eflomal")  # installed in CI (.ci/run: the [align] extra)
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    files = [str(tmp_path / name) for name in ("g.es", "g.en", "g.wa")]
+    script = ROOT / "benchmarks" / "alignment_aer.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--run", f"tiny={out}", "--gold-files", *files],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    how = "shift" if shift else "full context"
+    assert f"tiny: guided head 1:1, {how}" in result.stdout
+    assert "eflomal grow-diag-final-and" in result.stdout
 
 
 @pytest.fixture(scope="module")
@@ -270,6 +300,14 @@ def test_translate_cli_keeps_lines_and_prints_alignments(small_run) -> None:
         # argmax reading: exactly one source word per target word, all inside the sentence
         assert sorted(j for _, j in pairs) == list(range(len(text.split())))
         assert all(0 <= i < len(source.split()) for i, _ in pairs)
+
+
+@pytest.mark.slow
+def test_translate_cli_refuses_head_guided_for_a_run_without_guidance(small_run) -> None:
+    _, out = small_run
+    result = _translate_cli(out, b"la casa\n", "--alignments", "--head", "guided")
+    assert result.returncode != 0
+    assert "was not trained with align.guided=true" in result.stderr.decode()
 
 
 @pytest.mark.slow

@@ -219,18 +219,50 @@ class HeadChoice(NamedTuple):
     full_context: bool  # capture with the whole target as context
 
 
+def run_folder(path: Path) -> Path:
+    """The run directory of ``path``: itself, or the run a checkpoint file belongs to."""
+    path = Path(path)
+    if path.is_dir():
+        return path
+    return path.parent.parent if path.parent.name == "checkpoints" else path.parent
+
+
+def guided_choice(run_dir: Path, n_layers: int) -> HeadChoice | None:
+    """The head a run trained with ``align.guided``, read as it was trained (its config.yaml's
+    ``align.layer``/``head``/``full_context``/``shift``); None for a run without guidance."""
+    from omegaconf import OmegaConf
+
+    path = run_folder(run_dir) / "config.yaml"
+    align = OmegaConf.select(OmegaConf.load(path), "align") if path.is_file() else None
+    if align is None or not align.get("guided", False):
+        return None
+    layer = align.layer if align.layer > 0 else n_layers + align.layer + 1
+    return HeadChoice(
+        layer, align.head, bool(align.get("shift", False)), bool(align.get("full_context", False))
+    )
+
+
 def resolve_head(
     text: str, run_dir: Path, n_layers: int, n_heads: int, full_context: bool = False
 ) -> HeadChoice:
     """``--head`` (and ``--full-context``) of the scripts -> a ``HeadChoice``.
 
     ``best`` is the head ``scripts/align.py`` recorded for the run, with its reading (which
-    decides shift and full context); ``L:H`` and ``L`` are read as written (``parse_head``),
-    unshifted, with the full target as context when ``full_context``.
+    decides shift and full context); ``guided`` the head the run trained with
+    ``align.guided``, read as trained; ``L:H`` and ``L`` are read as written
+    (``parse_head``), unshifted, with the full target as context when ``full_context``.
     """
     if text == "best":
         best = BestHead.load(run_dir)
         shift, full = READINGS[best.reading]["shift"], best.reading in FULL_CONTEXT
         return HeadChoice(best.layer, best.head, shift, full)
+    if text == "guided":
+        choice = guided_choice(run_dir, n_layers)
+        if choice is None:
+            raise UserError(
+                f"--head guided: {run_folder(run_dir)} was not trained with align.guided=true "
+                f"(its config.yaml says so); name a head as L:H, or best after scripts/align.py"
+            )
+        return choice
     layer, head = parse_head(text, n_layers, n_heads)
     return HeadChoice(layer, head, False, full_context)
