@@ -10,9 +10,9 @@ given the first run's training pairs plus the gold pairs' sentences (without the
 an unsupervised aligner is evaluated (lowercased: it works on word types); then for every run:
 its best head over every layer x head (argmax, shift and full-context readings), its best
 layer with heads averaged, the shift reading of that layer, and (a run trained with
-``align.guided``) the guided head, read as the run trained it: with the whole target as context
-(``align.full_context``), or a word from the row where it is the input (``align.shift``). ``--by-length`` adds the AER of eflomal and of each run's
-guided (else best) head by source sentence length. AER is lower-better; P and R are precision
+``align.guided``) the guided head, read as the run trained it: with the whole target as
+context (``align.full_context``), or a word from the row where it is the input
+(``align.shift``). ``--by-length`` adds the AER of eflomal and of each run's guided (else best) head by source sentence length. AER is lower-better; P and R are precision
 against possible links and recall of sure ones. ``pip install -e ".[align]"`` for eflomal.
 """
 

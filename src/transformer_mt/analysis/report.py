@@ -199,7 +199,7 @@ class BestHead:
     @classmethod
     def load(cls, run_dir: Path) -> BestHead:
         """The head ``scripts/align.py`` recorded for a run (``RUN_DIR/align/best_head.json``)."""
-        run = run_dir if run_dir.is_dir() else run_dir.parent
+        run = run_folder(run_dir)
         path = run / "align" / "best_head.json"
         if not path.is_file():
             raise UserError(
