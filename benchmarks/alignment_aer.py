@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import yaml
 from machine import describe  # benchmarks/machine.py
 
 from transformer_mt.analysis import corpus_attention, corpus_scores, read_pharaoh, symmetrize
@@ -67,13 +66,12 @@ def run_eflomal(gold: GoldSet, train_src: list[str], train_tgt: list[str]):
 LENGTHS = ((1, 10), (11, 20), (21, 30), (31, 10_000))  # source words, for --by-length
 
 
-def guided_head(run: Path) -> tuple[int, int, str] | None:
+def guided_head(run: Path, n_layers: int) -> tuple[int, int, str] | None:
     """(layer, head, reading), 1-based, of a run trained with align.guided; else None.
 
     The reading is how the head was trained: ``full`` (align.full_context), ``shift``
     (align.shift) or ``argmax`` (the row that predicts the word).
     """
-    n_layers = yaml.safe_load((run / "config.yaml").read_text())["model"]["n_layers"]
     choice = guided_choice(run, n_layers)
     if choice is None:
         return None
@@ -95,8 +93,8 @@ def by_length(links: list, gold: GoldSet) -> str:
 
 def score_run(
     name: str, run: Path, gold: GoldSet
-) -> tuple[list[tuple[str, tuple[float, float, float]]], list]:
-    """The run's rows of the table, and the links of its guided (else best) head."""
+) -> tuple[list[tuple[str, tuple[float, float, float]]], list, str]:
+    """The run's rows of the table, the links of its guided (else best) head, and which."""
     model, tokenizer, _ = load_model(run)
     usable, dropped = gold.foldable(tokenizer)
     if dropped:
@@ -114,7 +112,7 @@ def score_run(
     rows.append(
         (f"{name}: best head {best.name} ({reading})", (best.aer, best.precision, best.recall))
     )
-    chosen = best.links
+    chosen, which = best.links, "best head"
     means = [row[-1] for row in grids["argmax"]]
     layer = min(means, key=lambda s: s.aer)
     rows.append(
@@ -127,14 +125,14 @@ def score_run(
     rows.append(
         (f"{name}: layer {layer.layer} averaged, shift", (shift.aer, shift.precision, shift.recall))
     )
-    guided = guided_head(run)
+    guided = guided_head(run, model.cfg.n_layers)
     if guided is not None:
         layer_no, head_no, reading = guided
         s = grids[reading][layer_no - 1][head_no - 1]
         how = {"full": ", full context", "shift": ", shift", "argmax": ""}[reading]
         rows.append((f"{name}: guided head {s.name}{how}", (s.aer, s.precision, s.recall)))
-        chosen = s.links
-    return rows, chosen
+        chosen, which = s.links, "guided head"
+    return rows, chosen, which
 
 
 def main() -> None:
@@ -195,10 +193,9 @@ def main() -> None:
             print(f"{label:<52} {aer:.3f}  {p:.3f}  {r:.3f}")
         lengths = [("eflomal grow-diag-final-and", by_length(symmetric, gold))]
         for name, run in runs:
-            rows, chosen = score_run(name, run, gold)
+            rows, chosen, which = score_run(name, run, gold)
             for label, (aer, p, r) in rows:
                 print(f"{label:<52} {aer:.3f}  {p:.3f}  {r:.3f}")
-            which = "guided head" if guided_head(run) is not None else "best head"
             lengths.append((f"{name}: {which}", by_length(chosen, gold)))
         if args.by_length:
             print(f"\nAER by source length (words) on {gold.name}:")

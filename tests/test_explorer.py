@@ -92,6 +92,65 @@ def test_lines_entropy_and_coverage_are_read_from_the_chosen_head(explorer) -> N
     torch.testing.assert_close(torch.tensor(covered), coverage(cross))
 
 
+def test_readings_shift_the_rows_or_capture_with_the_whole_target(explorer) -> None:
+    from transformer_mt.analysis.capture import pair_attention
+    from transformer_mt.analysis.stats import row_entropy
+
+    src_ids, hyps = explorer.given(SOURCE, "the black cat sleeps at home")
+    pair = explorer.attention(src_ids, hyps[0], "shift")  # shift reads the causal capture
+    torch.testing.assert_close(pair.cross, explorer.attention(src_ids, hyps[0]).cross)
+    heatmap, lines, stats = explorer.figures(pair, "cross", 2, 3, "words", "shift")
+    cross = pair.words("cross")[1, 2]
+    # word t from the row where it is the decoder's input: no EOS row, one row per word
+    assert list(heatmap.layout.yaxis.ticktext) == pair.tgt_words[:-1]
+    torch.testing.assert_close(torch.tensor(heatmap.data[0].z), cross[1:])
+    assert "shift reading" in heatmap.layout.title.text
+    links = [trace for trace in lines.data if trace.mode == "lines"]
+    best = cross[1:, :-1].argmax(-1)
+    assert sorted((t.x[0], t.x[1]) for t in links) == sorted(
+        (float(best[j]), float(j)) for j in range(6)
+    )
+    torch.testing.assert_close(torch.tensor(stats.data[0].y), row_entropy(cross[1:]))
+    # the other kinds keep their rows; the lines and bars still follow the reading
+    encoder, encoder_lines, _ = explorer.figures(pair, "encoder", 2, 3, "words", "shift")
+    assert list(encoder.layout.yaxis.ticktext) == [_plotly(w) for w in pair.src_words]
+    assert encoder_lines.to_json() == lines.to_json()
+    # full context: captured with the whole target as the decoder's context
+    full = explorer.attention(src_ids, hyps[0], "full context")
+    reference = pair_attention(
+        explorer.model, explorer.tokenizer, src_ids, hyps[0].tokens, full_context=True
+    )
+    torch.testing.assert_close(full.cross, reference.cross)
+    assert not torch.allclose(full.cross, pair.cross)  # the decoder saw later words
+    assert full.decoder[0, 0, 0, 1:].sum() > 0  # self-attention reaches past the diagonal
+    heatmap, _, _ = explorer.figures(full, "cross", 1, None, "words", "full context")
+    assert "full context reading" in heatmap.layout.title.text
+    with pytest.raises(UserError, match="reading 'sideways': choose one of as decoded, shift"):
+        explorer.attention(src_ids, hyps[0], "sideways")
+
+
+def test_a_guided_run_opens_on_its_head_in_its_reading(explorer_run, tmp_path) -> None:
+    from omegaconf import OmegaConf
+
+    from transformer_mt.app.explorer import _opening_view
+    from transformer_mt.app.session import Explorer
+
+    assert Explorer(explorer_run).guided is None  # the demo run trains no head
+    layers, layer, heads, head, reading, about = _opening_view(Explorer(explorer_run))
+    assert (layer, head, reading) == (layers[-1], "mean", "as decoded")
+    for shift, full, expected in ((True, False, "shift"), (False, True, "full context")):
+        run = tmp_path / expected.replace(" ", "_")
+        shutil.copytree(explorer_run, run, ignore=shutil.ignore_patterns("*.png", "logs"))
+        config = OmegaConf.load(run / "config.yaml")
+        config.align.update(guided=True, layer=-2, head=3, shift=shift, full_context=full)
+        OmegaConf.save(config, run / "config.yaml")
+        opened = Explorer(run)
+        assert opened.guided == (1, 3, shift, full)  # layer -2 of 2 layers: layer 1
+        _, layer, _, head, reading, about = _opening_view(opened)
+        assert (layer, head, reading) == ("1", "3", expected)
+        assert f"align.guided: head 1:3, {expected} reading" in about
+
+
 def test_bad_input_is_a_message_naming_the_problem(explorer, tmp_path) -> None:
     from transformer_mt.app.session import Explorer
 
@@ -330,6 +389,21 @@ def test_the_page_in_headless_chromium(page_url, tmp_path) -> None:
             "return document.querySelector('#heatmap .js-plotly-plot').layout.title.text"
         )
         assert "layer 1" in title
+        # the shift reading: a word's row is the one where it is the input, so no EOS row
+        before = heatmap_z()
+        shift = [
+            e
+            for e in driver.find_elements(By.CSS_SELECTOR, "#reading label")
+            if e.text.strip() == "shift"
+        ]
+        assert shift, "no shift reading on the page"
+        shift[0].click()
+        wait.until(lambda d: heatmap_z() != before)
+        title = driver.execute_script(
+            "return document.querySelector('#heatmap .js-plotly-plot').layout.title.text"
+        )
+        assert "layer 1" in title and "shift reading" in title
+        assert "</s>" not in texts("#heatmap .ytick text")
         twenty = "el gato negro duerme en casa y la mujer grande come con dos amigos delante de los árboles verdes hoy"
         assert len(twenty.split()) == 20
         answer = translate(twenty)

@@ -3,8 +3,10 @@
 Type or pick a source sentence; translate it greedily or with beam search (any of the n-best)
 or teacher-force a given target; look at cross-, decoder self- and encoder self-attention of
 any layer and head (or their mean) in words or pieces, hover a cell for its two words and
-weight; see the hard alignment as lines and each word's entropy and coverage. Bad input is
-shown on the page as a message. Gradio and Plotly come with the ``app`` extra.
+weight; see the hard alignment as lines and each word's entropy and coverage, in any reading
+of cross-attention (as decoded, shift, full context; a run trained with ``align.guided`` opens
+on its guided head, in the reading it was trained in). Bad input is shown on the page as a
+message. Gradio and Plotly come with the ``app`` extra.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from transformer_mt.app.session import Explorer, Hypothesis, parse_head
+from transformer_mt.app.session import READINGS, Explorer, Hypothesis, parse_head
 from transformer_mt.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,26 @@ def _error(err: Exception) -> str:
     return f"**{err}**"
 
 
+def _opening_view(explorer: Explorer | None) -> tuple[list[str], str, list[str], str, str, str]:
+    """Layer choices and value, head choices and value, reading, and a line about the run:
+    a guided run opens on its guided head, in the reading it was trained in."""
+    n_layers, n_heads = (explorer.n_layers, explorer.n_heads) if explorer else (1, 1)
+    layers = [str(n) for n in range(1, n_layers + 1)]
+    heads = ["mean", *(str(n) for n in range(1, n_heads + 1))]
+    if explorer is None:
+        return layers, layers[-1], heads, "mean", READINGS[0], ""
+    about = f"loaded {explorer.run_dir}: {n_layers} layers x {n_heads} heads"
+    guided = explorer.guided
+    if guided is None:
+        return layers, layers[-1], heads, "mean", explorer.default_reading, about
+    reading = explorer.default_reading
+    about += (
+        f"; trained with align.guided: head {guided.layer}:{guided.head}, "
+        f"{reading} reading (shown first)"
+    )
+    return layers, str(guided.layer), heads, str(guided.head), reading, about
+
+
 def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
     """The page, for ``run_dir`` (another run can be loaded from the page)."""
     runs = _Runs(average_last)
@@ -50,8 +72,8 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
         first = runs.get(str(run_dir))
     except UserError as err:
         message = _error(err)
-    layers = [str(n) for n in range(1, (first.n_layers if first else 1) + 1)]
-    heads = ["mean", *(str(n) for n in range(1, (first.n_heads if first else 1) + 1))]
+    layers, layer_value, heads, head_value, reading_value, about = _opening_view(first)
+    message = message or about
     examples = first.examples() if first else []
 
     with gr.Blocks(title="transformer-mt: attention explorer") as page:
@@ -86,9 +108,17 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
                 timing = gr.Markdown(elem_id="timing")
         with gr.Row():
             kind = gr.Radio(list(KINDS), value="cross", label="attention", elem_id="kind")
-            layer = gr.Radio(layers, value=layers[-1], label="layer", elem_id="layer")
-            head = gr.Radio(heads, value="mean", label="head", elem_id="head")
+            layer = gr.Radio(layers, value=layer_value, label="layer", elem_id="layer")
+            head = gr.Radio(heads, value=head_value, label="head", elem_id="head")
             unit = gr.Radio(list(UNITS), value="words", label="unit", elem_id="unit")
+            reading = gr.Radio(
+                list(READINGS),
+                value=reading_value,
+                label="reading of cross-attention",
+                info="shift: a word's row is where it is the decoder's input; "
+                "full context: the decoder sees the whole target",
+                elem_id="reading",
+            )
         heatmap = gr.Plot(label="attention", elem_id="heatmap")
         with gr.Row():
             lines = gr.Plot(label="hard alignment", elem_id="alignment")
@@ -96,11 +126,11 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
         # per page session: the run, the source ids, the hypotheses, the captured maps
         state = gr.State(None)
 
-        views = [kind, layer, head, unit]
+        views = [kind, layer, head, unit, reading]
         figures = [heatmap, lines, stats]
 
-        def draw(explorer: Explorer, pair, kind_, layer_, head_, unit_):
-            return explorer.figures(pair, kind_, int(layer_), parse_head(head_), unit_)
+        def draw(explorer: Explorer, pair, kind_, layer_, head_, unit_, reading_):
+            return explorer.figures(pair, kind_, int(layer_), parse_head(head_), unit_, reading_)
 
         def on_translate(run, text, mode_, tgt, beam_, n_best_, *view):
             start = time.perf_counter()
@@ -112,13 +142,14 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
                     src_ids, hyps = explorer.translate(
                         text, int(beam_), min(int(n_best_), int(beam_))
                     )
-                pair = explorer.attention(src_ids, hyps[0])
+                pair = explorer.attention(src_ids, hyps[0], view[-1])
                 drawn = draw(explorer, pair, *view)
             except UserError as err:
                 return (_error(err), gr.skip(), gr.skip(), gr.skip(), *[gr.skip()] * 3, gr.skip())
             seconds = time.perf_counter() - start
             labels = [h.label(n) for n, h in enumerate(hyps, 1)]
-            kept = {"run": run, "src_ids": src_ids, "hyps": hyps, "pair": pair}
+            kept = {"run": run, "src_ids": src_ids, "hyps": hyps, "hyp": hyps[0], "pair": pair}
+            kept["full"] = view[-1] == "full context"  # how the pair was captured
             how = "given target" if mode_ == "teacher-force" else f"beam {int(beam_)}"
             return (
                 "",
@@ -135,31 +166,37 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
             try:
                 explorer = runs.get(kept["run"])
                 hyp: Hypothesis = kept["hyps"][index]
-                pair = explorer.attention(kept["src_ids"], hyp)
+                pair = explorer.attention(kept["src_ids"], hyp, view[-1])
                 drawn = draw(explorer, pair, *view)
             except UserError as err:
                 return (_error(err), gr.skip(), *[gr.skip()] * 3, gr.skip())
-            return ("", hyp.text, *drawn, {**kept, "pair": pair})
+            full = view[-1] == "full context"
+            return ("", hyp.text, *drawn, {**kept, "hyp": hyp, "pair": pair, "full": full})
 
         def on_view(kept, *view):
             if not kept:
-                return ("", *[gr.skip()] * 3)
+                return ("", *[gr.skip()] * 3, gr.skip())
             try:
-                return ("", *draw(runs.get(kept["run"]), kept["pair"], *view))
+                explorer = runs.get(kept["run"])
+                full = view[-1] == "full context"
+                if full != kept["full"]:  # captured the other way: capture again
+                    pair = explorer.attention(kept["src_ids"], kept["hyp"], view[-1])
+                    kept = {**kept, "pair": pair, "full": full}
+                return ("", *draw(explorer, kept["pair"], *view), kept)
             except UserError as err:
-                return (_error(err), *[gr.skip()] * 3)
+                return (_error(err), *[gr.skip()] * 3, gr.skip())
 
         def on_load(run):
             try:
                 explorer = runs.get(run)
             except UserError as err:
-                return (_error(err), gr.skip(), gr.skip(), gr.skip(), None)
-            new_layers = [str(n) for n in range(1, explorer.n_layers + 1)]
-            new_heads = ["mean", *(str(n) for n in range(1, explorer.n_heads + 1))]
+                return (_error(err), *[gr.skip()] * 4, None)
+            new_layers, layer_, new_heads, head_, reading_, about_ = _opening_view(explorer)
             return (
-                f"loaded {explorer.run_dir}: {explorer.n_layers} layers x {explorer.n_heads} heads",
-                gr.Radio(choices=new_layers, value=new_layers[-1]),
-                gr.Radio(choices=new_heads, value="mean"),
+                about_,
+                gr.Radio(choices=new_layers, value=layer_),
+                gr.Radio(choices=new_heads, value=head_),
+                gr.Radio(value=reading_),
                 gr.Dropdown(choices=explorer.examples(), value=None),
                 None,
             )
@@ -174,8 +211,8 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
             on_pick, [state, choice, *views], [note, translation, *figures, state], **quick
         )
         for control in views:
-            control.input(on_view, [state, *views], [note, *figures], **quick)
-        load.click(on_load, [run_box], [note, layer, head, example, state])
+            control.input(on_view, [state, *views], [note, *figures, state], **quick)
+        load.click(on_load, [run_box], [note, layer, head, reading, example, state])
     return page
 
 

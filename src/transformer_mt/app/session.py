@@ -1,6 +1,7 @@
 """What the attention explorer does, without the web page: load a run, translate (greedy or
 beam, n-best) or take a given target, capture every attention map of the chosen hypothesis,
-and draw it. ``transformer_mt.app.explorer`` puts a Gradio page on top; tests drive this
+and draw it, in any of three readings (``READINGS``; a run trained with ``align.guided``
+opens in the reading its head was trained in). ``transformer_mt.app.explorer`` puts a Gradio page on top; tests drive this
 class directly as well as through a browser.
 """
 
@@ -15,6 +16,7 @@ from torch import Tensor
 
 from transformer_mt.analysis.alignment import hard_alignment
 from transformer_mt.analysis.capture import PairAttention, pair_attention
+from transformer_mt.analysis.report import HeadChoice, guided_choice
 from transformer_mt.checkpoint import load_model, run_data_config
 from transformer_mt.decoding import DecodeConfig
 from transformer_mt.decoding.text import translate
@@ -33,6 +35,12 @@ KIND_NAMES = {
     "decoder": "decoder self-attention (target <- target so far)",
     "encoder": "encoder self-attention (source <- source)",
 }
+# How cross-attention rows stand for target words. "as decoded": the row that predicts the
+# word, the decoder seeing the target so far; "shift": the row where the word is the
+# decoder's input (Chen et al. 2020; a head trained with align.shift); "full context":
+# captured with the whole target as the decoder's context (a head trained with
+# align.full_context), the row that predicts the word.
+READINGS = ("as decoded", "shift", "full context")
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,15 @@ class Explorer:
         except FileNotFoundError as err:  # not a run directory: say so, in our words
             raise UserError(str(err)) from None
         self.model.eval()
+        # the head trained with align.guided (None without), read by default as trained
+        self.guided: HeadChoice | None = guided_choice(self.run_dir, self.n_layers)
+
+    @property
+    def default_reading(self) -> str:
+        """The reading the run's guided head was trained in; "as decoded" for other runs."""
+        if self.guided is not None and self.guided.full_context:
+            return "full context"
+        return "shift" if self.guided is not None and self.guided.shift else "as decoded"
 
     @property
     def n_layers(self) -> int:
@@ -144,29 +161,59 @@ class Explorer:
         tgt_ids = self._ids(target, "target")
         return src_ids, [Hypothesis(self.tokenizer.decode([tgt_ids])[0], tgt_ids, 0.0)]
 
-    def attention(self, src_ids: list[int], hypothesis: Hypothesis) -> PairAttention:
-        """Every attention map of the source and one hypothesis (teacher-forced on it)."""
+    def attention(
+        self, src_ids: list[int], hypothesis: Hypothesis, reading: str = "as decoded"
+    ) -> PairAttention:
+        """Every attention map of the source and one hypothesis (teacher-forced on it), with
+        the whole hypothesis as the decoder's context for the ``full context`` reading."""
+        _check_reading(reading)
         if len(hypothesis.tokens) + 1 > self.model.cfg.max_positions:
             raise UserError("the hypothesis is longer than the model's positions")
-        return pair_attention(self.model, self.tokenizer, src_ids, hypothesis.tokens)
+        return pair_attention(
+            self.model,
+            self.tokenizer,
+            src_ids,
+            hypothesis.tokens,
+            full_context=reading == "full context",
+        )
 
-    def figures(self, pair: PairAttention, kind: str, layer: int, head: int | None, unit: str):
+    def figures(
+        self,
+        pair: PairAttention,
+        kind: str,
+        layer: int,
+        head: int | None,
+        unit: str,
+        reading: str = "as decoded",
+    ):
         """The heatmap of ``kind`` for one layer (1-based) and head (1-based, None: the mean),
         in words or pieces; the hard alignment as lines; entropy and coverage (both from
-        cross-attention of the same layer and head, in words)."""
+        cross-attention of the same layer and head, in words).
+
+        ``reading`` ``shift``: each target word's cross-attention row is the one where it is
+        the decoder's input (the heatmap then has no EOS row); ``full context`` expects ``pair``
+        captured that way (``attention(..., "full context")``). The titles name the reading.
+        """
         from transformer_mt.viz.interactive import (
             alignment_lines,
             attention_heatmap,
             entropy_and_coverage,
         )
 
+        _check_reading(reading)
+        shift = reading == "shift"
+
         if not 1 <= layer <= self.n_layers:
             raise UserError(f"layer {layer}: this model has layers 1..{self.n_layers}")
         if head is not None and not 1 <= head <= self.n_heads:
             raise UserError(f"head {head}: this model has heads 1..{self.n_heads}")
         which = f"layer {layer}, " + ("heads averaged" if head is None else f"head {head}")
+        if reading != "as decoded":
+            which += f", {reading} reading"
         rows, cols = pair.labels(kind, unit)
         weights = _pick(pair.view(kind, unit), layer, head)
+        if shift and kind == "cross":  # target word t: the row where it is the input
+            weights, rows = weights[1:], rows[:-1]
         row_name, col_name = {
             "cross": ("target", "source"),
             "decoder": ("target", "decoder input"),
@@ -177,17 +224,27 @@ class Explorer:
         )
         cross = _pick(pair.words("cross"), layer, head)  # (W_tgt, W_src), EOS last on both
         src_words, tgt_words = pair.src_words, pair.tgt_words
-        inner = cross[:-1, :-1]  # links join real words: no EOS row or column
+        # links join real words (no EOS row or column); shift: word t read from row t + 1
+        if shift:
+            cross, tgt_words = cross[1:], tgt_words[:-1]
+            inner, real = cross[:, :-1], tgt_words
+        else:
+            inner, real = cross[:-1, :-1], tgt_words[:-1]
         found = hard_alignment(inner) if inner.numel() else set()
         links = {(i, j): float(inner[j, i]) for i, j in found}  # (source i, target j) -> weight
         lines = alignment_lines(
             links,
             src_words[:-1],
-            tgt_words[:-1],
+            real,
             f"hard alignment: each target word to its most attended source word ({which})",
         )
         stats = entropy_and_coverage(cross, src_words, tgt_words, f"cross-attention, {which}")
         return heatmap, lines, stats
+
+
+def _check_reading(reading: str) -> None:
+    if reading not in READINGS:
+        raise UserError(f"reading {reading!r}: choose one of {', '.join(READINGS)}")
 
 
 def _pick(weights: Tensor, layer: int, head: int | None) -> Tensor:
@@ -205,4 +262,4 @@ def parse_head(text: str | None) -> int | None:
     return int(text)
 
 
-__all__ = ["DEMO_EXAMPLES", "Explorer", "Hypothesis", "parse_head"]
+__all__ = ["DEMO_EXAMPLES", "READINGS", "Explorer", "Hypothesis", "parse_head"]
