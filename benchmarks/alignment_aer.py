@@ -2,6 +2,7 @@
 
     export TRANSFORMER_MT_DATA=/path/to/data      # the folder of the gold sets (see docs/attention.md)
     python benchmarks/alignment_aer.py --run guided=RUN_A --run plain=RUN_B --gold graca xlwa
+    python benchmarks/alignment_aer.py --run deen=RUN --gold bicici   # a German-English run
     python benchmarks/alignment_aer.py --run deen=RUN --gold-files test.de test.en gold.wa \
         --one-indexed --reverse-gold                # any other gold set, as files
 
@@ -37,7 +38,33 @@ GOLD_SETS = {  # name -> (format, path under $TRANSFORMER_MT_DATA)
     "graca": ("graca", "word_alignment_gold_esen_graca/orig"),
     "xlwa": ("xlwa", "word_alignment_gold_esen_xlwa/orig/test.tsv"),
     "xlwa_dev": ("xlwa", "word_alignment_gold_esen_xlwa/orig/dev.tsv"),
+    "bicici": ("pharaoh", "word_alignment_gold_deen_bicici"),
 }
+# Pharaoh sets: (first language, second language, first file, second file, links first-second)
+PHARAOH_SETS = {"bicici": ("de", "en", "test.de", "test.en", "de-en.wa")}
+
+
+def gold_spec(name: str, folder: Path, src_lang: str, tgt_lang: str) -> SimpleNamespace:
+    """``GOLD_SETS[name]`` under ``folder`` as an ``align.gold`` entry, in the run's direction."""
+    fmt, rel = GOLD_SETS[name]
+    if name not in PHARAOH_SETS:
+        return SimpleNamespace(format=fmt, path=str(folder / rel))
+    first, second, first_file, second_file, links = PHARAOH_SETS[name]
+    if {src_lang, tgt_lang} != {first, second}:
+        raise SystemExit(
+            f"--gold {name} pairs {first} with {second}; the run is {src_lang}->{tgt_lang}"
+        )
+    files = [str(folder / rel / f) for f in (first_file, second_file)]
+    reverse = src_lang != first
+    src, tgt = files[::-1] if reverse else files
+    return SimpleNamespace(
+        format="pharaoh",
+        path=str(folder / rel / links),
+        src=src,
+        tgt=tgt,
+        reverse=reverse,
+        one_indexed=False,
+    )
 
 
 def read_links(path: str) -> list[set[tuple[int, int]]]:
@@ -162,8 +189,7 @@ def main() -> None:
             raise SystemExit(
                 "--gold needs --data-dir or TRANSFORMER_MT_DATA (the gold folders' parent)"
             )
-        fmt, rel = GOLD_SETS[name]
-        spec = SimpleNamespace(format=fmt, path=str(args.data_dir / rel))
+        spec = gold_spec(name, args.data_dir, data.src_lang, data.tgt_lang)
         sets.append(load_gold_set(name, spec, data.src_lang, data.tgt_lang))
     if args.gold_files:
         src, tgt, links = args.gold_files

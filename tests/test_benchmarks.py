@@ -125,3 +125,23 @@ def test_preprocess_benchmark_times_each_stage_and_reuses_its_cache(tmp_path) ->
     assert "first run, 1 process(es), empty cache1" in out and "second run" in out
     again = float(out.split("second run, whole pipeline:")[1].split()[0])
     assert 0 <= again < 60 and "cache1" in out.split("disk:")[1]
+
+
+@needs_shared(SHARED / "word_alignment_gold_deen_bicici")
+def test_alignment_aer_reads_the_german_english_gold_in_either_direction(monkeypatch) -> None:
+    from transformer_mt.analysis.gold import load_gold_set
+
+    monkeypatch.syspath_prepend(str(BENCH))  # its `from machine import describe`
+    spec = importlib.util.spec_from_file_location("alignment_aer", BENCH / "alignment_aer.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    de_en = load_gold_set("bicici", bench.gold_spec("bicici", SHARED, "de", "en"), "de", "en")
+    en_de = load_gold_set("bicici", bench.gold_spec("bicici", SHARED, "en", "de"), "en", "de")
+    assert len(de_en) == len(en_de) == 100
+    assert de_en.sources[0].startswith("herr präsident , herr kommissar !")
+    assert en_de.targets == de_en.sources and en_de.sources == de_en.targets
+    # the same links, turned round; 1,233 sure links less sentence 63's one out of range
+    assert [{(j, i) for i, j in s} for s, _ in de_en.gold] == [s for s, _ in en_de.gold]
+    assert sum(len(s) for s, _ in de_en.gold) == 1232
+    with pytest.raises(SystemExit, match="--gold bicici pairs de with en; the run is es->en"):
+        bench.gold_spec("bicici", SHARED, "es", "en")
