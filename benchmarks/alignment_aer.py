@@ -1,4 +1,4 @@
-"""AER of trained models' cross-attention next to eflomal, on the same text, in one run.
+r"""AER of trained models' cross-attention next to eflomal, on the same text, in one run.
 
     export TRANSFORMER_MT_DATA=/path/to/data      # the folder of the gold sets (see docs/attention.md)
     python benchmarks/alignment_aer.py --run guided=RUN_A --run plain=RUN_B --gold graca xlwa

@@ -1,4 +1,4 @@
-"""Draw a trained model's cross-attention for one sentence as labelled heatmaps.
+r"""Draw a trained model's cross-attention for one sentence as labelled heatmaps.
 
     # translate first, then draw what the model attended to while writing its translation
     python scripts/plot_alignment.py RUN_DIR --src "el gato negro duerme en casa"
