@@ -301,7 +301,10 @@ def page_url(explorer_run, tmp_path):
         server.wait(timeout=30)
 
 
-def test_the_page_in_headless_chromium(page_url, tmp_path) -> None:
+def test_the_page_in_headless_chromium(page_url, explorer, tmp_path) -> None:
+    from transformer_mt.app.explorer import _opening_view
+
+    _, opened_layer, _, _, opened_reading, _ = _opening_view(explorer)  # as the page opens
     found = _chromium()
     if found is None:
         if os.environ.get("CI") == "true":
@@ -356,12 +359,16 @@ def test_the_page_in_headless_chromium(page_url, tmp_path) -> None:
             By.CSS_SELECTOR, "#translation textarea, #translation input"
         ).get_attribute("value")
         assert translation
-        # columns: the source words and EOS; rows: the translation's words and EOS
+        message = driver.find_element(By.CSS_SELECTOR, "#message").text
+        assert "loaded" in message  # the run; a guided run names its head and reading
+        assert ("trained with align.guided" in message) == (explorer.guided is not None)
+        # columns: the source words and EOS; rows: the translation's words, and EOS unless the
+        # page opened in the shift reading (a run trained with align.shift)
         assert texts("#heatmap .xtick text") == [*SOURCE.split(), "</s>"]
         rows = texts("#heatmap .ytick text")
-        assert rows[-1] == "</s>" and " ".join(rows[:-1]).replace(" ", "") == translation.replace(
-            " ", ""
-        )
+        words = rows[:-1] if opened_reading != "shift" else rows
+        assert (rows[-1] == "</s>") == (opened_reading != "shift")
+        assert "".join(words) == translation.replace(" ", "")
         # hovering a cell names its two words and its weight
         area = driver.find_element(By.CSS_SELECTOR, "#heatmap .nsewdrag")
         ActionChains(driver).move_to_element(area).perform()
@@ -375,35 +382,32 @@ def test_the_page_in_headless_chromium(page_url, tmp_path) -> None:
         assert screenshot.stat().st_size > 10_000
         if os.environ.get("TRANSFORMER_MT_SCREENSHOT"):
             shutil.copy(screenshot, os.environ["TRANSFORMER_MT_SCREENSHOT"])
+
+        def click(group: str, label: str) -> None:
+            found = [
+                e
+                for e in driver.find_elements(By.CSS_SELECTOR, f"{group} label")
+                if e.text.strip() == label
+            ]
+            assert found, f"no {label!r} in {group} on the page"
+            before = heatmap_z()
+            found[0].click()
+            wait.until(lambda d: heatmap_z() != before)
+
+        def title() -> str:
+            return driver.execute_script(
+                "return document.querySelector('#heatmap .js-plotly-plot').layout.title.text"
+            )
+
         # another layer: another picture
-        before = heatmap_z()
-        layer_1 = [
-            e
-            for e in driver.find_elements(By.CSS_SELECTOR, "#layer label")
-            if e.text.strip() == "1"
-        ]
-        assert layer_1, "no layer 1 on the page"
-        layer_1[0].click()
-        wait.until(lambda d: heatmap_z() != before)
-        title = driver.execute_script(
-            "return document.querySelector('#heatmap .js-plotly-plot').layout.title.text"
-        )
-        assert "layer 1" in title
-        # the shift reading: a word's row is the one where it is the input, so no EOS row
-        before = heatmap_z()
-        shift = [
-            e
-            for e in driver.find_elements(By.CSS_SELECTOR, "#reading label")
-            if e.text.strip() == "shift"
-        ]
-        assert shift, "no shift reading on the page"
-        shift[0].click()
-        wait.until(lambda d: heatmap_z() != before)
-        title = driver.execute_script(
-            "return document.querySelector('#heatmap .js-plotly-plot').layout.title.text"
-        )
-        assert "layer 1" in title and "shift reading" in title
-        assert "</s>" not in texts("#heatmap .ytick text")
+        other = "1" if opened_layer != "1" else "2"
+        click("#layer", other)
+        assert f"layer {other}" in title()
+        # another reading: shift drops the EOS row (a word's row is the one where it is the input)
+        reading = "shift" if opened_reading != "shift" else "as decoded"
+        click("#reading", reading)
+        assert f"layer {other}" in title() and ("shift reading" in title()) == (reading == "shift")
+        assert ("</s>" in texts("#heatmap .ytick text")) == (reading != "shift")
         twenty = "el gato negro duerme en casa y la mujer grande come con dos amigos delante de los árboles verdes hoy"
         assert len(twenty.split()) == 20
         answer = translate(twenty)

@@ -152,7 +152,7 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
             kept["full"] = view[-1] == "full context"  # how the pair was captured
             how = "given target" if mode_ == "teacher-force" else f"beam {int(beam_)}"
             return (
-                "",
+                _opening_view(explorer)[-1],  # the run, and its guided head
                 hyps[0].text,
                 gr.Radio(choices=labels, value=labels[0]),
                 f"{how}: {seconds * 1000:.0f} ms (translation, attention, figures)",
@@ -171,7 +171,12 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
             except UserError as err:
                 return (_error(err), gr.skip(), *[gr.skip()] * 3, gr.skip())
             full = view[-1] == "full context"
-            return ("", hyp.text, *drawn, {**kept, "hyp": hyp, "pair": pair, "full": full})
+            return (
+                _opening_view(explorer)[-1],
+                hyp.text,
+                *drawn,
+                {**kept, "hyp": hyp, "pair": pair, "full": full},
+            )
 
         def on_view(kept, *view):
             if not kept:
@@ -182,7 +187,7 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
                 if full != kept["full"]:  # captured the other way: capture again
                     pair = explorer.attention(kept["src_ids"], kept["hyp"], view[-1])
                     kept = {**kept, "pair": pair, "full": full}
-                return ("", *draw(explorer, kept["pair"], *view), kept)
+                return (_opening_view(explorer)[-1], *draw(explorer, kept["pair"], *view), kept)
             except UserError as err:
                 return (_error(err), *[gr.skip()] * 3, gr.skip())
 
