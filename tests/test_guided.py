@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -257,3 +259,31 @@ def test_eflomal_aligns_the_training_split_once_and_the_links_are_cached(tmp_pat
     with caplog.at_level(logging.INFO):
         again = load_corpus(cfg)
     assert "aligning" not in caplog.text and again["train"]["alignment"] == lines  # cached
+    # one direction instead of the symmetrized links: from the same cache, without re-aligning
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        forward = load_corpus(replace(cfg, eflomal_links="forward"))["train"]["alignment"]
+        reverse = load_corpus(replace(cfg, eflomal_links="reverse"))["train"]["alignment"]
+    assert "aligning" not in caplog.text and forward != lines and reverse != lines
+    for links, one_per in (
+        (forward, 1),
+        (reverse, 0),
+    ):  # forward: a target word has one source word
+        for line in links:
+            pairs = [tuple(map(int, link.split("-"))) for link in line.split()]
+            ends = [pair[one_per] for pair in pairs]
+            assert len(ends) == len(set(ends)), line
+    # grow-diag-final-and starts from the intersection of the two directions: it holds every link
+    # both directions agree on
+    for sym, fwd, rev in zip(lines[:200], forward[:200], reverse[:200]):
+        assert set(fwd.split()) & set(rev.split()) <= set(sym.split())
+
+
+def test_eflomal_links_must_be_a_known_reading() -> None:
+    from transformer_mt.config import DataConfig
+    from transformer_mt.errors import UserError
+
+    with pytest.raises(
+        UserError, match=r"data.eflomal_links must be one of gdfa, forward, reverse"
+    ):
+        DataConfig(name="demo", source="demo", eflomal_links="fwd", cache_dir="/tmp/unused")

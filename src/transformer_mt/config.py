@@ -85,6 +85,9 @@ class GoldSetConfig:
         return out
 
 
+EFLOMAL_LINKS = ("gdfa", "forward", "reverse")  # data.eflomal_links
+
+
 @dataclass
 class DataConfig:
     """A parallel corpus, its tokenizer and its batching; presets in ``conf/data``."""
@@ -122,6 +125,10 @@ class DataConfig:
     # (source-target, 0-indexed, one line per training pair), "eflomal" (computed on the training
     # split and cached; pip install -e ".[align]"), or "builtin" (the demo corpus's own)
     alignments: str | None = None
+    # Which of eflomal's links data.alignments=eflomal trains on: "gdfa" (both directions,
+    # grow-diag-final-and), "forward" (source->target: every target word linked to at most one
+    # source word, as one attention row puts its weight on one source word) or "reverse"
+    eflomal_links: str = "gdfa"
     # Sentence pairs added to training after the holdout and the subset, never held out: the
     # text (not the links) of word-alignment gold sets, which an unsupervised aligner such as
     # eflomal is given too. Per name, a gold set as in align.gold (recipes: ${align.gold}).
@@ -170,6 +177,11 @@ class DataConfig:
             raise UserError(
                 f"data.alignments=builtin: only the demo corpus has built-in alignments; "
                 f"data={self.name} needs a Pharaoh file or data.alignments=eflomal"
+            )
+        if self.eflomal_links not in EFLOMAL_LINKS:
+            raise UserError(
+                f"data.eflomal_links must be one of {', '.join(EFLOMAL_LINKS)}, "
+                f"got {self.eflomal_links!r}"
             )
         if self.max_tokens < self.max_len + 2:
             raise UserError(

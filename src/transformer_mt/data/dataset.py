@@ -32,7 +32,7 @@ from datasets.exceptions import DatasetGenerationError
 from tqdm.auto import tqdm
 
 from transformer_mt.analysis.alignment import read_pharaoh
-from transformer_mt.config import DataConfig, GoldSetConfig
+from transformer_mt.config import EFLOMAL_LINKS, DataConfig, GoldSetConfig
 from transformer_mt.data import demo_corpus
 from transformer_mt.data.batching import TokenRows
 from transformer_mt.data.guided import piece_links, word_starts
@@ -212,10 +212,13 @@ def _with_alignment_file(train: Dataset, cfg: DataConfig, path: str | None = Non
 
 
 def _with_eflomal(train: Dataset, cfg: DataConfig) -> Dataset:
-    """Word alignments by eflomal (both directions, grow-diag-final-and), cached per training split."""
+    """Word alignments by eflomal, cached per training split: both directions and their
+    grow-diag-final-and are written at once, ``data.eflomal_links`` picks the one trained on."""
     folder = Path(cfg.cache_dir) / "alignments"
-    path = folder / f"eflomal_gdfa_{train._fingerprint}.pharaoh"
-    if not path.exists():
+    paths = {
+        links: folder / f"eflomal_{links}_{train._fingerprint}.pharaoh" for links in EFLOMAL_LINKS
+    }
+    if not all(path.exists() for path in paths.values()):
         try:
             import eflomal
         except ImportError:
@@ -227,18 +230,20 @@ def _with_eflomal(train: Dataset, cfg: DataConfig) -> Dataset:
         folder.mkdir(parents=True, exist_ok=True)
         src = [" ".join(s.lower().split()) for s in train["src"]]
         tgt = [" ".join(t.lower().split()) for t in train["tgt"]]
-        log.info("aligning %d training pairs with eflomal (cached in %s)", len(src), path)
-        fwd, rev = path.with_suffix(".fwd"), path.with_suffix(".rev")
+        log.info("aligning %d training pairs with eflomal (cached in %s)", len(src), folder)
+        fwd, rev = (paths["gdfa"].with_suffix(suffix) for suffix in (".fwd", ".rev"))
         eflomal.Aligner().align(src, tgt, links_filename_fwd=str(fwd), links_filename_rev=str(rev))
-        tmp = path.with_suffix(".tmp")
+        tmp = paths["gdfa"].with_suffix(".tmp")
         with open(fwd) as f, open(rev) as r, open(tmp, "w") as out:
             for forward, backward in zip(f, r, strict=True):
                 links = symmetrize(read_pharaoh(forward)[0], read_pharaoh(backward)[0])
                 out.write(format_pharaoh(links) + "\n")
-        tmp.replace(path)
-        fwd.unlink()
-        rev.unlink()
-    return _with_alignment_file(train, cfg, str(path))
+        fwd.replace(
+            paths["forward"]
+        )  # the symmetrized file is written last: it marks the cache whole
+        rev.replace(paths["reverse"])
+        tmp.replace(paths["gdfa"])
+    return _with_alignment_file(train, cfg, str(paths[cfg.eflomal_links]))
 
 
 def _load_hub(cfg: DataConfig) -> DatasetDict:
