@@ -238,9 +238,7 @@ def _with_eflomal(train: Dataset, cfg: DataConfig) -> Dataset:
             for forward, backward in zip(f, r, strict=True):
                 links = symmetrize(read_pharaoh(forward)[0], read_pharaoh(backward)[0])
                 out.write(format_pharaoh(links) + "\n")
-        fwd.replace(
-            paths["forward"]
-        )  # the symmetrized file is written last: it marks the cache whole
+        fwd.replace(paths["forward"])  # the cache is whole once all three files exist
         rev.replace(paths["reverse"])
         tmp.replace(paths["gdfa"])
     return _with_alignment_file(train, cfg, str(paths[cfg.eflomal_links]))
