@@ -3,6 +3,7 @@ r"""AER of trained models' cross-attention next to eflomal, on the same text, in
     export TRANSFORMER_MT_DATA=/path/to/data      # the folder of the gold sets (see docs/attention.md)
     python benchmarks/alignment_aer.py --run guided=RUN_A --run plain=RUN_B --gold graca xlwa
     python benchmarks/alignment_aer.py --run deen=RUN --gold bicici   # a German-English run
+    python benchmarks/alignment_aer.py --run esen=RUN_ES_EN --run enes=RUN_EN_ES --gold graca xlwa
     python benchmarks/alignment_aer.py --run deen=RUN --gold-files test.de test.en gold.wa \
         --one-indexed --reverse-gold                # any other gold set, as files
 
@@ -13,7 +14,11 @@ its best head over every layer x head (argmax, shift and full-context readings),
 layer with heads averaged, the shift reading of that layer, and (a run trained with
 ``align.guided``) the guided head, read as the run trained it: with the whole target as
 context (``align.full_context``), or a word from the row where it is the input
-(``align.shift``). ``--by-length`` adds the AER of eflomal and of each run's guided (else best) head by source sentence length. AER is lower-better; P and R are precision
+(``align.shift``). A run that translates the other way (EN->ES beside ES->EN) is scored on
+the same gold turned round, and its guided (else best) head's links are symmetrized with each
+forward run's (intersection and grow-diag-final-and), as Garg et al. combine their two
+directions. ``--by-length`` adds the AER of eflomal and of each run's guided (else best) head by
+source sentence length. AER is lower-better; P and R are precision
 against possible links and recall of sure ones. ``pip install -e ".[align]"`` for eflomal.
 """
 
@@ -162,6 +167,24 @@ def score_run(
     return rows, chosen, which
 
 
+def is_reverse(run: Path, src_lang: str, tgt_lang: str) -> bool:
+    """Does the run translate tgt_lang -> src_lang (the first run's direction turned round)?"""
+    data = run_data_config(run)
+    if (data.src_lang, data.tgt_lang) == (src_lang, tgt_lang):
+        return False
+    if (data.src_lang, data.tgt_lang) == (tgt_lang, src_lang):
+        return True
+    raise SystemExit(
+        f"{run}: translates {data.src_lang}->{data.tgt_lang}; the first --run is "
+        f"{src_lang}->{tgt_lang} (runs must share it, or be its reverse)"
+    )
+
+
+def both_ways(reverse: dict[str, bool]) -> list[tuple[str, str]]:
+    """Every (forward run, reverse run) pair by name: their heads' links are symmetrized."""
+    return [(f, b) for f in reverse if not reverse[f] for b in reverse if reverse[b]]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -180,6 +203,7 @@ def main() -> None:
     runs = [(n, Path(d)) for n, _, d in (r.partition("=") for r in args.run)]
     print(describe())
     data = run_data_config(runs[0][1])
+    reverse = {name: is_reverse(run, data.src_lang, data.tgt_lang) for name, run in runs}
     train = load_corpus(data)["train"]
     limit = min(args.train_limit, len(train))
     train_src, train_tgt = train["src"][:limit], train["tgt"][:limit]
@@ -218,11 +242,23 @@ def main() -> None:
             aer, p, r = corpus_scores(links, gold.gold)
             print(f"{label:<52} {aer:.3f}  {p:.3f}  {r:.3f}")
         lengths = [("eflomal grow-diag-final-and", by_length(symmetric, gold))]
+        chosen_links = {}
         for name, run in runs:
-            rows, chosen, which = score_run(name, run, gold)
+            rows, chosen, which = score_run(name, run, gold.reversed() if reverse[name] else gold)
             for label, (aer, p, r) in rows:
                 print(f"{label:<52} {aer:.3f}  {p:.3f}  {r:.3f}")
+            if reverse[name]:  # back into the first run's direction, as eflomal's are
+                chosen = [{(j, i) for i, j in links} for links in chosen]
+            chosen_links[name] = chosen
             lengths.append((f"{name}: {which}", by_length(chosen, gold)))
+        for one, other in both_ways(reverse):
+            for method in ("intersect", "grow-diag-final-and"):
+                links = [
+                    symmetrize(f, b, method) for f, b in zip(chosen_links[one], chosen_links[other])
+                ]
+                aer, p, r = corpus_scores(links, gold.gold)
+                print(f"{f'{one}+{other}: {method}':<52} {aer:.3f}  {p:.3f}  {r:.3f}")
+            lengths.append((f"{one}+{other}: grow-diag-final-and", by_length(links, gold)))
         if args.by_length:
             print(f"\nAER by source length (words) on {gold.name}:")
             for label, text in lengths:

@@ -241,6 +241,31 @@ def test_the_xlwa_spanish_english_gold_reads_as_documented(
     assert reversed_gold == read_gold(XLWA / f"gold.{split}.pharaoh", reverse=True)
 
 
+@needs_shared(GRACA)
+def test_a_gold_set_turned_round_is_the_set_read_for_the_other_direction() -> None:
+    """An EN->ES run is scored on ``GoldSet.reversed()`` of the ES->EN set (alignment_aer.py)."""
+    from types import SimpleNamespace
+
+    from transformer_mt.analysis.gold import load_gold_set
+
+    spec = SimpleNamespace(format="graca", path=str(GRACA / "orig"))
+    es_en = load_gold_set("graca", spec, "es", "en")
+    en_es = load_gold_set("graca", spec, "en", "es")
+    assert es_en.sources[0] != en_es.sources[0]
+    turned = es_en.reversed()
+    assert (turned.sources, turned.targets, turned.gold) == (
+        en_es.sources,
+        en_es.targets,
+        en_es.gold,
+    )
+    assert turned.reversed().gold == es_en.gold
+    # AER does not depend on the direction the links are written in
+    links = [{(j, i) for i, j in s} for s, _ in en_es.gold[:50]] + [set()] * 50
+    assert corpus_scores(links, es_en.gold) == corpus_scores(
+        [{(j, i) for i, j in ls} for ls in links], en_es.gold
+    )
+
+
 def test_gold_readers_name_the_bad_line(tmp_path) -> None:
     from transformer_mt.analysis.alignment import read_tagged_sentences, read_xlwa
     from transformer_mt.errors import UserError

@@ -191,6 +191,19 @@ def test_every_experiment_composes_into_the_schema(compose_cfg, experiment: str)
     assert OmegaConf.get_type(cfg) is TrainConfig
 
 
+def test_the_english_spanish_recipe_is_the_spanish_english_one_turned_round(compose_cfg) -> None:
+    """Two directions to symmetrize: the same pairs, model, guided head and budget."""
+    es_en = compose_cfg("experiment=anki_es_en_cpu")
+    en_es = compose_cfg("experiment=anki_en_es_cpu")
+    assert (en_es.data.src_lang, en_es.data.tgt_lang) == ("en", "es")
+    assert list(en_es.data.local_files.train) == list(es_en.data.local_files.train)[::-1]
+    for key in ("model", "align", "optim", "trainer"):
+        assert en_es[key] == es_en[key], key
+    same = ("holdout", "alignments", "eflomal_links", "vocab_size", "max_tokens", "local_dir")
+    assert all(en_es.data[k] == es_en.data[k] for k in same)
+    assert en_es.heatmaps.src == "the black cat sleeps at home"
+
+
 def test_table3_rows_have_the_papers_sizes() -> None:
     from dataclasses import replace
 

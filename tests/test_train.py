@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from transformer_mt import Transformer, TransformerConfig
 from transformer_mt.data.batching import collate
@@ -127,17 +129,34 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     from .conftest import ROOT
 
     files = [str(tmp_path / name) for name in ("g.es", "g.en", "g.wa")]
+    # a run that translates the other way (here: the same weights, told they read English) is
+    # scored on the gold turned round, and its head's links symmetrized with the first run's
+    reverse = tmp_path / "reverse"
+    shutil.copytree(out, reverse)
+    saved = OmegaConf.load(reverse / "config.yaml")
+    saved.data.src_lang, saved.data.tgt_lang = "en", "es"
+    OmegaConf.save(saved, reverse / "config.yaml")
     script = ROOT / "benchmarks" / "alignment_aer.py"
+    command = [sys.executable, str(script), "--run", f"tiny={out}", "--gold-files", *files]
     result = subprocess.run(
-        [sys.executable, str(script), "--run", f"tiny={out}", "--gold-files", *files],
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [*command, "--run", f"rev={reverse}"], capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr
     how = "shift" if shift else "full context"
     assert f"tiny: guided head 1:1, {how}" in result.stdout
+    assert f"rev: guided head 1:1, {how}" in result.stdout
     assert "eflomal grow-diag-final-and" in result.stdout
+    table = {line[:52].strip(): line[52:].split() for line in result.stdout.splitlines()}
+    assert len(table["tiny+rev: intersect"]) == len(table["tiny+rev: grow-diag-final-and"]) == 3
+    # a run in neither direction is refused with both directions named
+    saved.data.src_lang, saved.data.tgt_lang = "de", "en"
+    OmegaConf.save(saved, reverse / "config.yaml")
+    result = subprocess.run(
+        [*command, "--run", f"rev={reverse}"], capture_output=True, text=True, timeout=300
+    )
+    assert (
+        result.returncode != 0 and "translates de->en; the first --run is es->en" in result.stderr
+    )
 
 
 @pytest.fixture(scope="module")

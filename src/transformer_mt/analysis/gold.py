@@ -36,6 +36,11 @@ class GoldSet:
     def __len__(self) -> int:
         return len(self.sources)
 
+    def reversed(self) -> GoldSet:
+        """The same pairs for a model translating the other way: sides and links swapped."""
+        gold = [({(j, i) for i, j in s}, {(j, i) for i, j in p}) for s, p in self.gold]
+        return GoldSet(self.name, self.targets, self.sources, gold)
+
     def foldable(self, tokenizer) -> tuple[GoldSet, int]:
         """The pairs whose pieces fold back into their words (the others cannot be scored
         word by word), and how many were left out."""
