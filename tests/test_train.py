@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 
@@ -88,7 +89,7 @@ def test_run_smoke_two_steps(compose_cfg, tmp_path) -> None:
 @pytest.mark.slow  # a few seconds each: AER on a gold set at validation
 @pytest.mark.parametrize("reading", ["full_context", "shift"])
 def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
-    compose_cfg, tmp_path, reading
+    compose_cfg, tmp_path, reading, capsys
 ) -> None:
     """Guided alignment end to end in seconds: the built-in links, the head trained and read
     with the full target as context or shifted, AER on a gold set at validation, the head's
@@ -112,6 +113,15 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     assert metrics["steps"] == 2
     logged = (next(out.rglob("metrics.csv"))).read_text()
     assert "val/aer_tiny" in logged and "train/align_kl" in logged
+    # the run ends with the AER of its final weights, printed and in metrics.json
+    rows = [r for r in csv.DictReader(logged.splitlines()) if r.get("val/aer_tiny")]
+    aer = metrics["aer"]["tiny"]
+    assert aer["guided_head"] == round(float(rows[-1]["val/aer_tiny"]), 4)
+    assert aer["best_layer"] == round(float(rows[-1]["val/aer_tiny_best_layer"]), 4)
+    assert json.loads((out / "metrics.json").read_text())["aer"] == metrics["aer"]
+    how = ", shift" if reading == "shift" else ", full context"
+    printed = capsys.readouterr().out
+    assert f"AER tiny: guided head 1:1{how} {aer['guided_head']:.3f}, best layer" in printed
     drawn = metrics["alignment"]["guided_head"]
     assert drawn["png"] == "alignment_layer1_head1.png" and (out / drawn["png"]).is_file()
     # shifted, a word's row is the one where it is the input: no EOS row in the picture

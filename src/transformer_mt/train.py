@@ -71,6 +71,8 @@ def run(cfg: DictConfig) -> dict:
         "wall_seconds": round(time.perf_counter() - started, 1),
         **step,
     }
+    if "aer" in val:
+        print(aer_report(val["aer"], module.guided))
     if trainer.is_global_zero:
         metrics["alignment"] = draw_heatmaps(
             module.model, datamodule, OmegaConf.to_object(cfg.heatmaps), out, module.guided
@@ -204,10 +206,42 @@ def final_validation(
     if module.validated_at_step != trainer.global_step:
         trainer.validate(module, datamodule=datamodule, verbose=False)
     metrics = trainer.callback_metrics  # test() replaces them: read them now
-    return {
+    out = {
         "val_bleu": round(float(metrics.get("val/bleu", float("nan"))), 2),
         "val_ppl": round(float(metrics.get("val/ppl", float("nan"))), 3),
     }
+    aer = {}
+    for gold in module.gold_sets:  # AER of the final weights on each align.gold set
+        scores = {
+            "guided_head": metrics.get(f"val/aer_{gold.name}"),  # absent without align.guided
+            "best_layer": metrics.get(f"val/aer_{gold.name}_best_layer"),
+            "which_layer": metrics.get(f"val/aer_{gold.name}_which_layer"),
+        }
+        aer[gold.name] = {k: round(float(v), 4) for k, v in scores.items() if v is not None}
+    if aer:
+        out["aer"] = aer
+    return out
+
+
+def aer_report(aer: dict[str, dict[str, float]], guided: dict | None) -> str:
+    """The lines that end a run with gold sets: each set's AER, guided head and best layer."""
+    lines = []
+    for name, scores in aer.items():
+        parts = []
+        if "guided_head" in scores and guided is not None:
+            reading = (
+                ", full context"
+                if guided.get("full_context")
+                else ", shift"
+                if guided.get("shift")
+                else ""
+            )
+            parts.append(
+                f"guided head {guided['layer']}:{guided['head']}{reading} {scores['guided_head']:.3f}"
+            )
+        parts.append(f"best layer {int(scores['which_layer'])} {scores['best_layer']:.3f}")
+        lines.append(f"      AER {name}: " + ", ".join(parts))
+    return "alignment (gold sets, final weights):\n" + "\n".join(lines)
 
 
 def lightning_arguments(cfg: TrainerConfig) -> dict:
