@@ -17,9 +17,11 @@ context (``align.full_context``), or a word from the row where it is the input
 (``align.shift``). A run that translates the other way (EN->ES beside ES->EN) is scored on
 the same gold turned round, and its guided (else best) head's links are symmetrized with each
 forward run's (intersection and grow-diag-final-and), as Garg et al. combine their two
-directions. ``--by-length`` adds the AER of eflomal and of each run's guided (else best) head by
-source sentence length. AER is lower-better; P and R are precision
-against possible links and recall of sure ones. ``pip install -e ".[align]"`` for eflomal.
+directions. Each head is also scored against eflomal's grow-diag-final-and links as if they
+were the gold: how closely it follows the aligner a guided head is taught by. ``--by-length``
+adds the AER of eflomal and of each run's guided (else best) head by source sentence length.
+AER is lower-better; P and R are precision against possible links and recall of sure ones.
+``pip install -e ".[align]"`` for eflomal.
 """
 
 from __future__ import annotations
@@ -241,7 +243,7 @@ def main() -> None:
         ):
             aer, p, r = corpus_scores(links, gold.gold)
             print(f"{label:<52} {aer:.3f}  {p:.3f}  {r:.3f}")
-        lengths = [("eflomal grow-diag-final-and", by_length(symmetric, gold))]
+        picked = [("eflomal grow-diag-final-and", symmetric)]  # for --by-length and agreement
         chosen_links = {}
         for name, run in runs:
             rows, chosen, which = score_run(name, run, gold.reversed() if reverse[name] else gold)
@@ -250,7 +252,7 @@ def main() -> None:
             if reverse[name]:  # back into the first run's direction, as eflomal's are
                 chosen = [{(j, i) for i, j in links} for links in chosen]
             chosen_links[name] = chosen
-            lengths.append((f"{name}: {which}", by_length(chosen, gold)))
+            picked.append((f"{name}: {which}", chosen))
         for one, other in both_ways(reverse):
             for method in ("intersect", "grow-diag-final-and"):
                 links = [
@@ -258,11 +260,17 @@ def main() -> None:
                 ]
                 aer, p, r = corpus_scores(links, gold.gold)
                 print(f"{f'{one}+{other}: {method}':<52} {aer:.3f}  {p:.3f}  {r:.3f}")
-            lengths.append((f"{one}+{other}: grow-diag-final-and", by_length(links, gold)))
+            picked.append((f"{one}+{other}: grow-diag-final-and", links))
         if args.by_length:
             print(f"\nAER by source length (words) on {gold.name}:")
-            for label, text in lengths:
-                print(f"  {label}: {text}")
+            for label, links in picked:
+                print(f"  {label}: {by_length(links, gold)}")
+        # how closely each head follows eflomal, the teacher of a guided head, on these pairs
+        teacher = [(links, links) for links in symmetric]
+        print(f"\nagainst eflomal grow-diag-final-and as if it were the gold, on {gold.name}:")
+        for label, links in picked[1:]:
+            aer, p, r = corpus_scores(links, teacher)
+            print(f"  {label:<50} {aer:.3f}  {p:.3f}  {r:.3f}")
 
 
 if __name__ == "__main__":
