@@ -18,7 +18,9 @@ context (``align.full_context``), or a word from the row where it is the input
 the same gold turned round, and its guided (else best) head's links are symmetrized with each
 forward run's (intersection and grow-diag-final-and), as Garg et al. combine their two
 directions. Each head is also scored against eflomal's grow-diag-final-and links as if they
-were the gold: how closely it follows the aligner a guided head is taught by. ``--by-length``
+were the gold: how closely it follows the aligner a guided head is taught by; and, at the end,
+each guided head against the very links it was trained on, on ``--teacher-pairs`` of its
+training pairs (in-domain: how well it fits its supervision at all). ``--by-length``
 adds the AER of eflomal and of each run's guided (else best) head by source sentence length.
 AER is lower-better; P and R are precision against possible links and recall of sure ones.
 ``pip install -e ".[align]"`` for eflomal.
@@ -33,9 +35,16 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 from machine import describe  # benchmarks/machine.py
 
-from transformer_mt.analysis import corpus_attention, corpus_scores, read_pharaoh, symmetrize
+from transformer_mt.analysis import (
+    corpus_attention,
+    corpus_scores,
+    read_pharaoh,
+    score_layers,
+    symmetrize,
+)
 from transformer_mt.analysis.gold import GoldSet, load_gold_set
 from transformer_mt.analysis.report import CorpusAttention, guided_choice, score_head_grids
 from transformer_mt.checkpoint import load_model, run_data_config
@@ -125,6 +134,27 @@ def by_length(links: list, gold: GoldSet) -> str:
     return "; ".join(parts)
 
 
+def teacher_agreement(run: Path, n: int, seed: int = 0) -> tuple[int, float, float, float] | None:
+    """(pairs, AER, P, R) of a guided run's head against the links it was trained on, on ``n``
+    of its training pairs drawn at random (seeded); None for a run without guidance."""
+    data = run_data_config(run)
+    model, tokenizer, _ = load_model(run)
+    guided = guided_head(run, model.cfg.n_layers)
+    train = load_corpus(data)["train"]
+    if guided is None or "alignment" not in train.column_names:
+        return None
+    rows = sorted(np.random.default_rng(seed).choice(len(train), min(n, len(train)), replace=False))
+    picked = train.select(rows)
+    teacher = [(links, links) for links in (read_pharaoh(a)[0] for a in picked["alignment"])]
+    pairs, _ = GoldSet("training pairs", picked["src"], picked["tgt"], teacher).foldable(tokenizer)
+    layer, head, reading = guided
+    attention = corpus_attention(
+        model, tokenizer, pairs.sources, pairs.targets, full_context=reading == "full"
+    )
+    s = score_layers(attention, pairs.gold, shift=reading == "shift", head=head)[layer - 1]
+    return len(pairs), s.aer, s.precision, s.recall
+
+
 def score_run(
     name: str, run: Path, gold: GoldSet
 ) -> tuple[list[tuple[str, tuple[float, float, float]]], list, str]:
@@ -201,6 +231,12 @@ def main() -> None:
     parser.add_argument(
         "--by-length", action="store_true", help="AER by source sentence length as well"
     )
+    parser.add_argument(
+        "--teacher-pairs",
+        type=int,
+        default=400,
+        help="training pairs on which a guided head is scored against its own supervision (0: none)",
+    )
     args = parser.parse_args()
     runs = [(n, Path(d)) for n, _, d in (r.partition("=") for r in args.run)]
     print(describe())
@@ -271,6 +307,14 @@ def main() -> None:
         for label, links in picked[1:]:
             aer, p, r = corpus_scores(links, teacher)
             print(f"  {label:<50} {aer:.3f}  {p:.3f}  {r:.3f}")
+
+    if args.teacher_pairs:
+        print("\nguided heads against the links they were trained on (their training pairs):")
+        for name, run in runs:
+            found = teacher_agreement(run, args.teacher_pairs)
+            if found is not None:
+                n, aer, p, r = found
+                print(f"  {f'{name}: {n} pairs':<50} {aer:.3f}  {p:.3f}  {r:.3f}")
 
 
 if __name__ == "__main__":

@@ -159,6 +159,8 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     table = {line[:52].strip(): line[52:].split() for line in result.stdout.splitlines()}
     assert len(table["tiny+rev: intersect"]) == len(table["tiny+rev: grow-diag-final-and"]) == 3
     assert "against eflomal grow-diag-final-and as if it were the gold" in result.stdout
+    taught = table["tiny: 200 pairs"]  # the guided head against its own training links
+    assert len(taught) == 3 and 0.0 <= float(taught[0]) <= 1.0
     # a run in neither direction is refused with both directions named
     saved.data.src_lang, saved.data.tgt_lang = "de", "en"
     OmegaConf.save(saved, reverse / "config.yaml")
