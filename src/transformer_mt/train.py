@@ -229,16 +229,10 @@ def aer_report(aer: dict[str, dict[str, float]], guided: dict | None) -> str:
     for name, scores in aer.items():
         parts = []
         if "guided_head" in scores and guided is not None:
-            reading = (
-                ", full context"
-                if guided.get("full_context")
-                else ", shift"
-                if guided.get("shift")
-                else ""
-            )
-            parts.append(
-                f"guided head {guided['layer']}:{guided['head']}{reading} {scores['guided_head']:.3f}"
-            )
+            reading = ", full context" if guided.get("full_context") else ""
+            reading = ", shift" if guided.get("shift") else reading  # the two exclude each other
+            head = f"{guided['layer']}:{guided['head']}{reading}"
+            parts.append(f"guided head {head} {scores['guided_head']:.3f}")
         parts.append(f"best layer {int(scores['which_layer'])} {scores['best_layer']:.3f}")
         lines.append(f"      AER {name}: " + ", ".join(parts))
     return "alignment (gold sets, final weights):\n" + "\n".join(lines)
