@@ -14,6 +14,7 @@ import numpy as np
 
 from transformer_mt.analysis.alignment import (
     Links,
+    _swap,
     corpus_attention,
     drop_outside,
     read_gold,
@@ -38,8 +39,7 @@ class GoldSet:
 
     def reversed(self) -> GoldSet:
         """The same pairs for a model translating the other way: sides and links swapped."""
-        gold = [({(j, i) for i, j in s}, {(j, i) for i, j in p}) for s, p in self.gold]
-        return GoldSet(self.name, self.targets, self.sources, gold)
+        return GoldSet(self.name, self.targets, self.sources, _swap(self.gold))
 
     def foldable(self, tokenizer) -> tuple[GoldSet, int]:
         """The pairs whose pieces fold back into their words (the others cannot be scored
