@@ -71,9 +71,9 @@ def run(cfg: DictConfig) -> dict:
         "wall_seconds": round(time.perf_counter() - started, 1),
         **step,
     }
-    if "aer" in val:
-        print(aer_report(val["aer"], module.guided))
     if trainer.is_global_zero:
+        if "aer" in val:  # once, not per DDP rank
+            print(aer_report(val["aer"], module.guided))
         metrics["alignment"] = draw_heatmaps(
             module.model, datamodule, OmegaConf.to_object(cfg.heatmaps), out, module.guided
         )
@@ -217,7 +217,8 @@ def final_validation(
             "best_layer": metrics.get(f"val/aer_{gold.name}_best_layer"),
             "which_layer": metrics.get(f"val/aer_{gold.name}_which_layer"),
         }
-        aer[gold.name] = {k: round(float(v), 4) for k, v in scores.items() if v is not None}
+        if scores["best_layer"] is not None:  # logged at every validation after the sanity check
+            aer[gold.name] = {k: round(float(v), 4) for k, v in scores.items() if v is not None}
     if aer:
         out["aer"] = aer
     return out
