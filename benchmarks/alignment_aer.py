@@ -29,8 +29,8 @@ AER is lower-better; P and R are precision against possible links and recall of 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
-import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,17 +38,14 @@ from types import SimpleNamespace
 import numpy as np
 from machine import describe  # benchmarks/machine.py
 
-from transformer_mt.analysis import (
-    corpus_attention,
-    corpus_scores,
-    read_pharaoh,
-    score_layers,
-    symmetrize,
-)
-from transformer_mt.analysis.gold import GoldSet, load_gold_set
-from transformer_mt.analysis.report import CorpusAttention, guided_choice, score_head_grids
+from transformer_mt.align.eflomal import align_corpus
+from transformer_mt.align.gold import GoldSet, load_gold_set
+from transformer_mt.align.links import corpus_scores, read_pharaoh, symmetrize
+from transformer_mt.align.reading import HeadReading, guided_reading
+from transformer_mt.analysis import corpus_attention, score_layers
+from transformer_mt.analysis.report import CorpusAttention, reading_name, score_head_grids
 from transformer_mt.checkpoint import load_model, run_data_config
-from transformer_mt.data.dataset import load_corpus
+from transformer_mt.data.sources import load_corpus
 
 GOLD_SETS = {  # name -> (format, path under $TRANSFORMER_MT_DATA)
     "graca": ("graca", "word_alignment_gold_esen_graca/orig"),
@@ -87,39 +84,28 @@ def read_links(path: str) -> list[set[tuple[int, int]]]:
     return [read_pharaoh(line)[0] for line in Path(path).read_text().splitlines()]
 
 
-def run_eflomal(gold: GoldSet, train_src: list[str], train_tgt: list[str]):
-    try:
-        import eflomal
-    except ImportError:
-        raise SystemExit('eflomal is not installed: pip install -e ".[align]"') from None
+def run_eflomal(gold: GoldSet, train_src: list[str], train_tgt: list[str], cache: Path):
+    """eflomal's two directions on the gold pairs, aligned together with the training pairs
+    (``transformer_mt.align.eflomal``, cached by the text), and the seconds it took."""
     # a run trained with data.extra_train holds the gold sentences already: once is enough
     known = set(zip(gold.sources, gold.targets))
     kept = [(s, t) for s, t in zip(train_src, train_tgt) if (s, t) not in known]
-    src = [" ".join(s.lower().split()) for s in gold.sources + [s for s, _ in kept]]
-    tgt = [" ".join(t.lower().split()) for t in gold.targets + [t for _, t in kept]]
-    with tempfile.TemporaryDirectory() as tmp:
-        fwd, rev = f"{tmp}/fwd", f"{tmp}/rev"
-        started = time.perf_counter()
-        eflomal.Aligner().align(src, tgt, links_filename_fwd=fwd, links_filename_rev=rev)
-        seconds = time.perf_counter() - started
-        n = len(gold)
-        return read_links(fwd)[:n], read_links(rev)[:n], seconds
+    src = gold.sources + [s for s, _ in kept]
+    tgt = gold.targets + [t for _, t in kept]
+    key = hashlib.sha1("\n".join(src + ["\t"] + tgt).encode()).hexdigest()[:16]
+    started = time.perf_counter()
+    paths = align_corpus(src, tgt, cache / "alignments", f"benchmark_{key}")
+    seconds = time.perf_counter() - started
+    n = len(gold)
+    return read_links(paths["forward"])[:n], read_links(paths["reverse"])[:n], seconds
 
 
 LENGTHS = ((1, 10), (11, 20), (21, 30), (31, 10_000))  # source words, for --by-length
 
 
-def guided_head(run: Path, n_layers: int) -> tuple[int, int, str] | None:
-    """(layer, head, reading), 1-based, of a run trained with align.guided; else None.
-
-    The reading is how the head was trained: ``full`` (align.full_context), ``shift``
-    (align.shift) or ``argmax`` (the row that predicts the word).
-    """
-    choice = guided_choice(run, n_layers)
-    if choice is None:
-        return None
-    reading = "full" if choice.full_context else "shift" if choice.shift else "argmax"
-    return choice.layer, choice.head, reading
+def guided_head(run: Path, model) -> HeadReading | None:
+    """The head a run trained with align.guided, read as trained; else None."""
+    return guided_reading(run, model.cfg.n_layers, model.cfg.n_heads)
 
 
 def by_length(links: list, gold: GoldSet) -> str:
@@ -139,7 +125,7 @@ def teacher_agreement(run: Path, n: int, seed: int = 0) -> tuple[int, float, flo
     of its training pairs drawn at random (seeded); None for a run without guidance."""
     data = run_data_config(run)
     model, tokenizer, _ = load_model(run)
-    guided = guided_head(run, model.cfg.n_layers)
+    guided = guided_head(run, model)
     train = load_corpus(data)["train"]
     if guided is None or "alignment" not in train.column_names:
         return None
@@ -147,11 +133,10 @@ def teacher_agreement(run: Path, n: int, seed: int = 0) -> tuple[int, float, flo
     picked = train.select(rows)
     teacher = [(links, links) for links in (read_pharaoh(a)[0] for a in picked["alignment"])]
     pairs, _ = GoldSet("training pairs", picked["src"], picked["tgt"], teacher).foldable(tokenizer)
-    layer, head, reading = guided
     attention = corpus_attention(
-        model, tokenizer, pairs.sources, pairs.targets, full_context=reading == "full"
+        model, tokenizer, pairs.sources, pairs.targets, full_context=guided.full_context
     )
-    s = score_layers(attention, pairs.gold, shift=reading == "shift", head=head)[layer - 1]
+    s = score_layers(attention, pairs.gold, mode=guided.mode, head=guided.head)[guided.layer - 1]
     return len(pairs), s.aer, s.precision, s.recall
 
 
@@ -189,12 +174,10 @@ def score_run(
     rows.append(
         (f"{name}: layer {layer.layer} averaged, shift", (shift.aer, shift.precision, shift.recall))
     )
-    guided = guided_head(run, model.cfg.n_layers)
+    guided = guided_head(run, model)
     if guided is not None:
-        layer_no, head_no, reading = guided
-        s = grids[reading][layer_no - 1][head_no - 1]
-        how = {"full": ", full context", "shift": ", shift", "argmax": ""}[reading]
-        rows.append((f"{name}: guided head {s.name}{how}", (s.aer, s.precision, s.recall)))
+        s = grids[reading_name(guided)][guided.layer - 1][guided.head - 1]
+        rows.append((f"{name}: guided head {guided.name}", (s.aer, s.precision, s.recall)))
         chosen, which = s.links, "guided head"
     return rows, chosen, which
 
@@ -265,7 +248,7 @@ def main() -> None:
         )
         sets.append(load_gold_set(Path(links).name, spec, data.src_lang, data.tgt_lang))
     for gold in sets:
-        forward, backward, seconds = run_eflomal(gold, train_src, train_tgt)
+        forward, backward, seconds = run_eflomal(gold, train_src, train_tgt, Path(data.cache_dir))
         print(
             f"\n{gold.name}: {len(gold)} pairs; eflomal given {limit:,} training pairs of "
             f"data={data.name} as well ({seconds:.0f} s)"

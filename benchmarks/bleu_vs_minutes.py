@@ -23,7 +23,7 @@ from machine import describe  # noqa: E402  (benchmarks/machine.py)
 
 from transformer_mt.checkpoint import load_model, run_data_config  # noqa: E402
 from transformer_mt.config import DecodeConfig  # noqa: E402
-from transformer_mt.data.dataset import load_corpus  # noqa: E402
+from transformer_mt.data.sources import load_corpus  # noqa: E402
 from transformer_mt.decoding import translate  # noqa: E402
 from transformer_mt.metrics import corpus_bleu  # noqa: E402
 

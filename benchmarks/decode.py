@@ -33,8 +33,8 @@ import torch
 from machine import describe  # benchmarks/machine.py
 
 from transformer_mt import Transformer, TransformerConfig
-from transformer_mt.data.tokenizer import EOS_ID
 from transformer_mt.decoding import beam_search, greedy_decode, quantize_for_decoding
+from transformer_mt.model.vocab import EOS_ID
 
 
 def ct2_translators(model: Transformer, folder: str, threads: int) -> dict:

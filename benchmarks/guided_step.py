@@ -25,8 +25,7 @@ import torch
 from machine import describe  # benchmarks/machine.py
 
 from transformer_mt import Transformer, TransformerConfig
-from transformer_mt.data.guided import alignment_loss
-from transformer_mt.loss import label_smoothed_nll
+from transformer_mt.loss import alignment_loss, label_smoothed_nll
 
 VARIANTS = ("plain", "guided", "guided, shift", "full context")
 

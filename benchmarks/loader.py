@@ -27,8 +27,8 @@ from torch.utils.data import DataLoader
 
 from transformer_mt.config import DataConfig
 from transformer_mt.data.batching import Batch, TokenBatchSampler, TokenRows
-from transformer_mt.data.tokenizer import BOS_ID, PAD_ID
 from transformer_mt.datamodule import TranslationDataModule
+from transformer_mt.model.vocab import BOS_ID, PAD_ID
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "wmt_ende_toy10k_opennmt"
 GOAL_BATCHES_PER_S = 100_000 / 5400  # the paper's base run in 1.5 h on one GPU

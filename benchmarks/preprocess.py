@@ -29,7 +29,8 @@ from pathlib import Path
 from machine import describe  # benchmarks/machine.py
 
 from transformer_mt.config import DataConfig
-from transformer_mt.data.dataset import load_corpus, tokenize, train_tokenizer
+from transformer_mt.data.sources import load_corpus
+from transformer_mt.data.tokenize import tokenize, train_tokenizer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "anki_spa_eng"
 

@@ -12,7 +12,7 @@ gold (sure/possible links, Och & Ney 2003) for four readings: the argmax row of 
 word, the same with the "shift" (the row where the word is the decoder's input), the
 intersection of target->source and source->target argmaxes, and "full": the argmax row of
 attention captured with the whole target as context (how a head trained with
-``align.full_context=true`` is read). Then the diagnostics: the mean
+``align.mode=full`` is read). Then the diagnostics: the mean
 row entropy (nats) against log(n) for uniform attention, the same at softmax temperatures 0.5
 and 2, and the share of source words that receive less than 0.25 attention in total.
 
@@ -23,8 +23,8 @@ to ``best_head.json`` in ``--save-dir`` (default: ``RUN_DIR/align``), where
 
 ``--output`` writes the alignment of one layer (``--layer``), or of one head (``--head L:H``,
 ``--head best``), in Pharaoh format, 0-indexed ``source-target``, one line per pair; by default
-the best layer against the gold, else the last. ``--full-context`` reads it from the
-full-context attention (``--head best`` takes the reading recorded with the head).
+the best layer against the gold, else the last. ``--mode shift|full`` reads it one row later or
+from the full-context attention (``--head best`` and ``--head guided`` bring their own).
 """
 
 from __future__ import annotations
@@ -33,24 +33,20 @@ import argparse
 import sys
 from pathlib import Path
 
-from transformer_mt.analysis import (
-    format_pharaoh,
-    parse_head,
-    read_gold,
-    score_layers,
-)
+from transformer_mt.align.gold import clean_gold, read_gold, read_sentences
+from transformer_mt.align.links import format_pharaoh
+from transformer_mt.align.reading import MODES, BestHead, HeadReading, parse_head
+from transformer_mt.analysis import score_layers
 from transformer_mt.analysis.report import (
-    READINGS,
-    BestHead,
     CorpusAttention,
+    aer_grids,
     attend_corpus,
+    best_head,
     best_reading,
-    clean_gold,
     demo_pairs,
     format_grid,
     format_table,
     pick_layer,
-    read_sentences,
     score_head_grids,
     score_readings,
 )
@@ -76,22 +72,24 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--split", default="test", choices=["train", "valid", "test"])
     parser.add_argument("--limit", type=int, default=500, help="demo pairs to align")
-    parser.add_argument("--layer", type=int, help="layer written by --output (1-based)")
+    parser.add_argument("--layer", type=int, help="layer written by --output (as --head L)")
     parser.add_argument(
         "--head",
         help="head written by --output: L:H (1-based; negative from the end), L (the layer's "
-        "mean), or best (the best head against the gold)",
+        "mean), best (the best head against --gold, or the one recorded for the run) or "
+        "guided (the head the run trained, read as trained)",
     )
     parser.add_argument(
         "--save-dir", type=Path, help="where the head grid goes (default: RUN_DIR/align)"
     )
     parser.add_argument("--method", default="argmax", choices=["argmax", "intersect"])
-    parser.add_argument("--shift", action="store_true", help="--output reads shifted rows")
     parser.add_argument(
-        "--full-context",
-        action="store_true",
-        help="--output reads attention captured with the whole target as context "
-        "(a head trained with align.full_context=true)",
+        "--mode",
+        default="causal",
+        choices=MODES,
+        help="the rows --output reads for L:H or L: causal (the row that predicts the word), "
+        "shift (the row where it is the input) or full (attention with the whole target as "
+        "context); best and guided bring their own",
     )
     parser.add_argument("--output", type=Path, help="write Pharaoh links of one layer here")
     parser.add_argument(
@@ -136,32 +134,28 @@ def main() -> None:
         print(f"best layer: {best.layer} ({name}), AER {best.aer:.3f}")
         best_head = head_grid(attention, gold, save_dir(args), what)
     if args.output is not None:
-        how = {"method": args.method, "shift": args.shift}
-        read = attention.full if args.full_context else attention.causal
-        if args.head is not None:
-            n_layers, n_heads = read[0].shape[:2]
-            if args.head == "best":
-                if best_head is None:
-                    raise UserError(
-                        "--head best needs --gold (the best head is the one with the lowest AER)"
-                    )
-                layer_no, head_no, how = (
-                    best_head.layer,
-                    best_head.head,
-                    READINGS[best_head.reading],
-                )
-                read = attention.of(best_head.reading)
-            else:
-                layer_no, head_no = parse_head(args.head, n_layers, n_heads)
-            chosen = score_layers(read, gold, **how, head=head_no)[layer_no - 1]
-        else:
-            chosen = pick_layer(score_layers(read, gold, **how), args.layer)
+        chosen, reading = output_links(args, attention, gold, best_head)
         args.output.write_text(
             "".join(format_pharaoh(ls) + "\n" for ls in chosen.links), encoding="utf-8"
         )
-        reading = how["method"] + (", shift" if how["shift"] else "")
-        reading += ", full context" if read is attention.full else ""
-        print(f"wrote {args.output}: layer:head {chosen.name}, {reading}")
+        print(f"wrote {args.output}: layer:head {chosen.name}, {args.method}, {reading.mode}")
+
+
+def output_links(args: argparse.Namespace, attention: CorpusAttention, gold, best: BestHead | None):
+    """The layer (or head) ``--output`` writes, scored, and the ``HeadReading`` it was read in."""
+    n_layers, n_heads = attention.causal[0].shape[:2]
+    if args.head == "best" and best is not None:  # the head just chosen against --gold
+        reading = best.head_reading
+    elif args.head is not None or args.layer is not None:
+        text = args.head if args.head is not None else str(args.layer)
+        reading = parse_head(text, n_layers, n_heads, run_dir=args.run_dir, mode=args.mode)
+    else:  # the best layer against the gold, else the last
+        read = attention.full if args.mode == "full" else attention.causal
+        chosen = pick_layer(score_layers(read, gold, args.method, args.mode))
+        return chosen, HeadReading(chosen.layer, None, args.mode)
+    read = attention.full if reading.full_context else attention.causal
+    chosen = score_layers(read, gold, args.method, reading.mode, head=reading.head)
+    return chosen[reading.layer - 1], reading
 
 
 def save_dir(args: argparse.Namespace) -> Path:
@@ -174,7 +168,7 @@ def save_dir(args: argparse.Namespace) -> Path:
 def head_grid(attention: CorpusAttention, gold, folder: Path, what: str) -> BestHead:
     """Score every head of every layer in each reading; print, draw and record the best reading's grid."""
     grids = score_head_grids(attention, gold)
-    best = BestHead.of(grids)
+    best = best_head(grids)
     grid = grids[best.reading]
     print(f"\nAER per head ({best.reading} reading; the last column is the layer's mean):")
     print(format_grid(grid))
@@ -184,7 +178,7 @@ def head_grid(attention: CorpusAttention, gold, folder: Path, what: str) -> Best
         [[s.aer for s in row] for row in grid], f"AER per head, {best.reading}: {what}"
     )
     fig.savefig(folder / "aer_heads.png", dpi=120)
-    best.save(folder / "best_head.json", grids, what)
+    best.save(folder / "best_head.json", aer_grids(grids), what)
     print(f"wrote {folder / 'aer_heads.png'} and {folder / 'best_head.json'}")
     return best
 

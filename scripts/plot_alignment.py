@@ -24,13 +24,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from transformer_mt.align.reading import MODES, parse_head
 from transformer_mt.analysis.capture import pair_attention
-from transformer_mt.analysis.heatmaps import save_pair_heatmaps
-from transformer_mt.analysis.report import resolve_head
 from transformer_mt.checkpoint import load_model
 from transformer_mt.cli import report_user_errors
 from transformer_mt.decoding import DecodeConfig, translate
 from transformer_mt.errors import UserError
+from transformer_mt.viz.heatmaps import save_pair_heatmaps
 
 
 @report_user_errors
@@ -56,10 +56,12 @@ def main() -> None:
     )
     parser.add_argument("--no-heads", action="store_true", help="skip the per-head grid")
     parser.add_argument(
-        "--full-context",
-        action="store_true",
-        help="capture with the whole target as the decoder's context (a head trained with "
-        "align.full_context=true; --head best takes its recorded reading)",
+        "--mode",
+        default="causal",
+        choices=MODES,
+        help="the rows drawn: causal (the row that predicts each word), shift (the row where "
+        "it is the input) or full (with the whole target as context); --head best and guided "
+        "bring their own",
     )
     parser.add_argument(
         "--beam", type=int, default=1, help="draw a beam-search hypothesis (default 1: greedy)"
@@ -101,23 +103,19 @@ def main() -> None:
         if len(found[0]) < args.hypothesis:
             raise UserError(f"beam {args.beam} found only {len(found[0])} hypotheses")
         target = found[0][args.hypothesis - 1].tokens
-    layer, head, shift, full_context = args.layer, None, False, args.full_context
-    if args.head is not None:
-        layer, head, shift, full_context = resolve_head(
-            args.head, args.run_dir, model.cfg.n_layers, model.cfg.n_heads, args.full_context
-        )
+    head = args.head if args.head is not None else str(args.layer)
+    reading = parse_head(
+        head, model.cfg.n_layers, model.cfg.n_heads, run_dir=args.run_dir, mode=args.mode
+    )
     drawn = save_pair_heatmaps(
         model,
         tokenizer,
         args.src,
         target,
         args.out,
-        layer,
+        reading,
         tuple(args.format),
         heads=not args.no_heads,
-        head=head,
-        full_context=full_context,
-        shift=shift,
     )
     print(f"source: {drawn['source']}")
     what = "target" if args.tgt is not None else "translation"
@@ -131,7 +129,7 @@ def main() -> None:
     for name in drawn["files"]:
         print(f"wrote {args.out.parent / name}")
     if args.html:
-        pair = pair_attention(model, tokenizer, args.src, target, full_context=full_context)
+        pair = pair_attention(model, tokenizer, args.src, target, full_context=reading.full_context)
         for view in ("head", "model"):
             path = args.out.parent / f"{args.out.name}_{view}_view.html"
             path.write_text(bertviz_html(pair, view, args.html_unit), encoding="utf-8")

@@ -16,8 +16,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from transformer_mt.analysis.alignment import format_pharaoh, translation_links
-from transformer_mt.analysis.report import resolve_head
+from transformer_mt.align.links import format_pharaoh
+from transformer_mt.align.reading import MODES, parse_head
+from transformer_mt.analysis.alignment import translation_links
 from transformer_mt.checkpoint import load_model
 from transformer_mt.cli import report_user_errors
 from transformer_mt.decoding import DecodeConfig, quantize_for_decoding, translate
@@ -94,10 +95,12 @@ def main() -> None:
         "read as trained); default: the last layer, heads averaged",
     )
     parser.add_argument(
-        "--full-context",
-        action="store_true",
-        help="--alignments read with the whole translation as the decoder's context (a head "
-        "trained with align.full_context=true; --head best takes its recorded reading)",
+        "--mode",
+        default="causal",
+        choices=MODES,
+        help="the rows --alignments reads for L:H or L: causal (the row that predicts the "
+        "word), shift (the row where it is the input) or full (with the whole translation as "
+        "context); best and guided bring their own",
     )
     args = parser.parse_args()
     if args.n_best > args.beam:
@@ -114,8 +117,8 @@ def main() -> None:
         translate_ct2(args, lines, cfg)
         return
     model, tokenizer, _ = load_model(args.run, average_last=args.average_last)
-    choice = resolve_head(
-        args.head, args.run, model.cfg.n_layers, model.cfg.n_heads, args.full_context
+    reading = parse_head(
+        args.head, model.cfg.n_layers, model.cfg.n_heads, run_dir=args.run, mode=args.mode
     )
     model = quantize_for_decoding(model, args.quantize)
     try:
@@ -129,7 +132,7 @@ def main() -> None:
             text = option.text
             if args.alignments and option.tokens:
                 src_ids = tokenizer.encode([source])[0][: model.cfg.max_positions - 1]
-                links = translation_links(model, tokenizer, src_ids, option.tokens, *choice)
+                links = translation_links(model, tokenizer, src_ids, option.tokens, reading)
                 text += " ||| " + format_pharaoh(links)
             print(f"{number} ||| {text} ||| {option.score:.4f}" if args.n_best > 1 else text)
 
@@ -139,10 +142,10 @@ def translate_ct2(args: argparse.Namespace, lines: list[str], cfg: DecodeConfig)
     layer, heads averaged: --head is not available there)."""
     from transformer_mt.deploy.ct2 import CT2Translator, attention_links
 
-    if args.alignments and (args.head != "-1" or args.full_context):
+    if args.alignments and (args.head != "-1" or args.mode != "causal"):
         raise SystemExit(
             "error: --engine ct2 aligns with the last layer's heads averaged only, as the model "
-            "predicts (no --head, no --full-context); use --engine torch for those"
+            "predicts (no --head, no --mode); use --engine torch for those"
         )
     engine = CT2Translator(args.ct2_dir or Path(args.run) / "ct2")
     found = engine.translate(lines, cfg, args.n_best, args.long_inputs, attention=args.alignments)

@@ -7,19 +7,21 @@ import math
 import pytest
 import torch
 
-from transformer_mt.analysis import (
+from transformer_mt.align.gold import read_gold
+from transformer_mt.align.links import (
     alignment_error_rate,
     corpus_scores,
-    coverage,
     drop_outside,
     format_pharaoh,
-    hard_alignment,
     precision_recall,
-    read_gold,
     read_pharaoh,
+    symmetrize,
+)
+from transformer_mt.analysis import (
+    coverage,
+    hard_alignment,
     row_entropy,
     score_layers,
-    symmetrize,
     with_temperature,
 )
 
@@ -39,7 +41,8 @@ def test_aer_all_correct_all_wrong_and_possible_links() -> None:
     assert alignment_error_rate(predicted, sure) == pytest.approx(
         1 - 2 / 5
     )  # sure only: (3, 3) is wrong
-    assert alignment_error_rate(set(), set()) == 0.0
+    with pytest.raises(ValueError, match="at least one sure gold link"):
+        alignment_error_rate({(0, 0)}, set())  # AER over no gold would read as a score
 
 
 def test_precision_and_recall() -> None:
@@ -166,7 +169,7 @@ def test_score_layers_against_hand_made_gold() -> None:
     )
     assert second.entropy < first.entropy and second.entropy_by_tau[0.5] < second.entropy
     # Shifted rows: target word j read from row j + 1, so the diagonal turns into an off-by-one.
-    shifted = score_layers(_fixed_attention(), gold, shift=True)[1]
+    shifted = score_layers(_fixed_attention(), gold, mode="shift")[1]
     assert shifted.links[0] == {(1, 0), (0, 1)} and shifted.aer == pytest.approx(0.75)
     assert first.uncovered == 0.0 and second.uncovered == 0.0
     with pytest.raises(ValueError, match="1 gold lines for 2 sentence pairs"):
@@ -203,7 +206,7 @@ XLWA = SHARED / "word_alignment_gold_esen_xlwa"
 
 @needs_shared(GRACA)
 def test_the_graca_spanish_english_gold_reads_as_documented() -> None:
-    from transformer_mt.analysis.alignment import read_tagged_sentences
+    from transformer_mt.align.gold import read_tagged_sentences
 
     en = read_tagged_sentences(GRACA / "orig" / "test.en")
     es = read_tagged_sentences(GRACA / "orig" / "test.es")
@@ -229,7 +232,7 @@ def test_the_graca_spanish_english_gold_reads_as_documented() -> None:
 def test_the_xlwa_spanish_english_gold_reads_as_documented(
     split, links, en_words, es_words
 ) -> None:
-    from transformer_mt.analysis.alignment import read_xlwa
+    from transformer_mt.align.gold import read_xlwa
 
     en, es, gold = read_xlwa(XLWA / "orig" / f"{split}.tsv")
     assert sum(len(s) for s, _ in gold) == links and all(s == p for s, p in gold)  # all sure
@@ -246,7 +249,7 @@ def test_a_gold_set_turned_round_is_the_set_read_for_the_other_direction() -> No
     """An EN->ES run is scored on ``GoldSet.reversed()`` of the ES->EN set (alignment_aer.py)."""
     from types import SimpleNamespace
 
-    from transformer_mt.analysis.gold import load_gold_set
+    from transformer_mt.align.gold import load_gold_set
 
     spec = SimpleNamespace(format="graca", path=str(GRACA / "orig"))
     es_en = load_gold_set("graca", spec, "es", "en")
@@ -267,7 +270,7 @@ def test_a_gold_set_turned_round_is_the_set_read_for_the_other_direction() -> No
 
 
 def test_gold_readers_name_the_bad_line(tmp_path) -> None:
-    from transformer_mt.analysis.alignment import read_tagged_sentences, read_xlwa
+    from transformer_mt.align.gold import read_tagged_sentences, read_xlwa
     from transformer_mt.errors import UserError
 
     (tmp_path / "a.tsv").write_text("the cat\tel gato\t0-0 1-1\nthe dog\tel perro\n")
@@ -298,14 +301,33 @@ def test_every_head_is_scored_alone_and_the_mean_last() -> None:
     assert grid[0][0].aer == score_layers(attention, gold, head=1)[0].aer == pytest.approx(0.5)
 
 
-def test_a_head_is_named_layer_colon_head_and_checked() -> None:
-    from transformer_mt.analysis import parse_head
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "the gold file is empty"),
+        (b"\n \n", "the gold file is empty"),
+        (b"0-0 1\xe9-1\n", "not UTF-8 text"),
+        (b"0p0 1p1\n", "no sure link in 1 sentence"),
+    ],
+)
+def test_a_gold_set_that_cannot_score_is_refused(tmp_path, content, message) -> None:
+    """An empty, non-UTF-8 or sure-less gold set is a UserError naming the file, never AER 0."""
+    from types import SimpleNamespace
+
+    from transformer_mt.align.gold import load_gold_set
     from transformer_mt.errors import UserError
 
-    assert parse_head("5:3", 6, 8) == (5, 3)
-    assert parse_head("-2:1", 6, 8) == (5, 1)  # the penultimate layer
-    assert parse_head("4", 6, 8) == (4, None)  # the layer's mean
-    with pytest.raises(UserError, match="layers 1..6 and heads 1..8"):
-        parse_head("7:1", 6, 8)
-    with pytest.raises(UserError, match="expected LAYER:HEAD"):
-        parse_head("a:b", 6, 8)
+    (tmp_path / "s").write_text("el gato\n", encoding="utf-8")
+    (tmp_path / "t").write_text("the cat\n", encoding="utf-8")
+    (tmp_path / "g.wa").write_bytes(content)
+    spec = SimpleNamespace(
+        format="pharaoh",
+        path=str(tmp_path / "g.wa"),
+        src=str(tmp_path / "s"),
+        tgt=str(tmp_path / "t"),
+        one_indexed=False,
+        reverse=False,
+    )
+    with pytest.raises(UserError, match=message) as err:
+        load_gold_set("mine", spec, "es", "en")
+    assert "g.wa" in str(err.value)

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from transformer_mt import Transformer, TransformerConfig
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.decoding import beam_search, greedy_decode, length_penalty
 from transformer_mt.decoding.state import DecoderState
+from transformer_mt.model.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 @pytest.fixture

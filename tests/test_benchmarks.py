@@ -129,7 +129,7 @@ def test_preprocess_benchmark_times_each_stage_and_reuses_its_cache(tmp_path) ->
 
 @needs_shared(SHARED / "word_alignment_gold_deen_bicici")
 def test_alignment_aer_reads_the_german_english_gold_in_either_direction(monkeypatch) -> None:
-    from transformer_mt.analysis.gold import load_gold_set
+    from transformer_mt.align.gold import load_gold_set
 
     monkeypatch.syspath_prepend(str(BENCH))  # its `from machine import describe`
     spec = importlib.util.spec_from_file_location("alignment_aer", BENCH / "alignment_aer.py")

@@ -7,8 +7,9 @@ import torch
 
 from transformer_mt import Transformer, TransformerConfig
 from transformer_mt.analysis import capture, pair_attention, to_words, word_groups, words_of
-from transformer_mt.data.tokenizer import EOS_ID, Tokenizer
+from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.decoding import greedy_decode
+from transformer_mt.model.vocab import EOS_ID
 
 SENTENCES = [
     "el gato negro duerme en casa",

@@ -12,7 +12,8 @@ from datasets import Dataset
 from omegaconf import OmegaConf
 
 from transformer_mt.config import DataConfig
-from transformer_mt.data.dataset import load_corpus, tokenize, train_tokenizer
+from transformer_mt.data.sources import load_corpus
+from transformer_mt.data.tokenize import tokenize, train_tokenizer
 from transformer_mt.errors import UserError
 
 from .conftest import ROOT, SHARED, needs_shared

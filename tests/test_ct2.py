@@ -56,8 +56,8 @@ def _export(model, tokenizer, out):
 def test_export_reproduces_the_log_probabilities_and_greedy_output_of_a_random_model(
     tiny_cfg, tokenizer, tmp_path, change
 ) -> None:
-    from transformer_mt.data.tokenizer import BOS_ID, EOS_ID
     from transformer_mt.deploy.ct2 import CT2Translator
+    from transformer_mt.model.vocab import BOS_ID, EOS_ID
 
     torch.manual_seed(1)
     cfg = replace(tiny_cfg, vocab_size=tokenizer.vocab_size, d_model=32, n_heads=4, **change)
@@ -99,7 +99,7 @@ def test_a_model_ctranslate2_cannot_represent_is_refused(tiny_cfg, tokenizer) ->
 @pytest.mark.slow  # trains the shared demo model and runs the command lines
 def test_exported_demo_model_translates_and_scores_as_ours(demo_run, tmp_path) -> None:
     from transformer_mt.checkpoint import load_model, run_data_config
-    from transformer_mt.data.dataset import demo_files
+    from transformer_mt.data.sources import demo_files
     from transformer_mt.deploy.ct2 import CT2Translator
     from transformer_mt.metrics import corpus_bleu
 

@@ -10,7 +10,8 @@ import torch
 
 from transformer_mt.data import demo_corpus
 from transformer_mt.data.batching import TokenBatchSampler, collate
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.model.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 SIZES = {"train": 3000, "valid": 200, "test": 200}
 
@@ -225,7 +226,7 @@ def token_split():
     """A tokenized split as training reads it: several Arrow chunks in two shards, rows filtered."""
     from datasets import Dataset, concatenate_datasets
 
-    from transformer_mt.data.dataset import TOKENIZED
+    from transformer_mt.data.tokenize import TOKENIZED
 
     rng = np.random.default_rng(3)
 

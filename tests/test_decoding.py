@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from transformer_mt import Transformer, TransformerConfig
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.decoding import greedy_decode
+from transformer_mt.model.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

@@ -165,9 +165,9 @@ def test_bad_input_is_a_message_naming_the_problem(explorer, tmp_path) -> None:
         explorer.translate(SOURCE, beam_size=2, n_best=3)
     src_ids, hyps = explorer.translate(SOURCE)
     pair = explorer.attention(src_ids, hyps[0])
-    with pytest.raises(UserError, match="layer 3: this model has layers 1..2"):
+    with pytest.raises(UserError, match="layer 3: the model has layers 1..2"):
         explorer.figures(pair, "cross", 3, None, "words")
-    with pytest.raises(UserError, match="head 5: this model has heads 1..4"):
+    with pytest.raises(UserError, match="head 5: the model has heads 1..4"):
         explorer.figures(pair, "cross", 1, 5, "words")
     with pytest.raises(UserError, match="no checkpoint at"):
         Explorer(tmp_path)

@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 
 from transformer_mt import Transformer, TransformerConfig
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.decoding import beam_search, greedy_decode
 from transformer_mt.model.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer_mt.model.masks import padding_mask
+from transformer_mt.model.vocab import BOS_ID, EOS_ID, PAD_ID
 
 pytestmark = [
     pytest.mark.gpu,

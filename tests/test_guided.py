@@ -9,12 +9,13 @@ import pytest
 import torch
 
 from transformer_mt import Transformer, TransformerConfig
+from transformer_mt.align.links import alignment_error_rate
+from transformer_mt.align.pieces import piece_links, piece_words
 from transformer_mt.analysis import hard_alignment
-from transformer_mt.analysis.alignment import alignment_error_rate
 from transformer_mt.data.batching import collate
-from transformer_mt.data.guided import alignment_loss, piece_links, piece_words, supervision
-from transformer_mt.data.tokenizer import EOS_ID
-from transformer_mt.loss import label_smoothed_nll
+from transformer_mt.data.supervision import supervision
+from transformer_mt.loss import alignment_loss, label_smoothed_nll
+from transformer_mt.model.vocab import EOS_ID
 
 # A hand-made vocabulary: ids 0-3 special, then pieces; True where a piece begins a word (▁).
 PIECES = [
@@ -172,9 +173,9 @@ def test_guided_training_needs_word_links_and_a_real_head(compose_cfg) -> None:
 
 @pytest.mark.slow  # builds a corpus, a tokenizer and its cache
 def test_the_demo_corpus_links_reach_the_batches_in_pieces(tmp_path) -> None:
-    from transformer_mt.analysis import read_pharaoh
+    from transformer_mt.align.links import read_pharaoh
+    from transformer_mt.align.pieces import word_starts
     from transformer_mt.config import DataConfig
-    from transformer_mt.data.guided import word_starts
     from transformer_mt.datamodule import TranslationDataModule
 
     cfg = DataConfig(
@@ -225,7 +226,7 @@ def test_eflomal_aligns_the_training_split_once_and_the_links_are_cached(tmp_pat
     import logging
 
     from transformer_mt.config import DataConfig
-    from transformer_mt.data.dataset import load_corpus
+    from transformer_mt.data.sources import load_corpus
 
     from .conftest import SHARED
 

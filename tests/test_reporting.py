@@ -8,14 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from transformer_mt.align.gold import clean_gold, read_sentences
 from transformer_mt.analysis import LayerScores
-from transformer_mt.analysis.report import (
-    best_reading,
-    clean_gold,
-    format_table,
-    pick_layer,
-    read_sentences,
-)
+from transformer_mt.analysis.report import best_reading, format_table, pick_layer
 from transformer_mt.cli import report_user_errors
 from transformer_mt.errors import UserError
 from transformer_mt.sweep import collect, write_table
@@ -72,11 +67,8 @@ def test_alignment_report_picks_the_best_reading_and_layer() -> None:
     table = format_table(rows).splitlines()
     assert table[0].startswith("layer  argmax AER/P/R") and len(table) == 3
     assert table[2].split()[:4] == ["2", "0.200", "0.800", "0.500"]
-    assert pick_layer(rows["argmax"], None).layer == 2  # the best against the gold
-    assert pick_layer(rows["argmax"], 1).layer == 1
-    assert pick_layer([_scores(1, None), _scores(2, None)], None).layer == 2  # no gold: the last
-    with pytest.raises(UserError, match="--layer 3: the model has layers 1..2"):
-        pick_layer(rows["argmax"], 3)
+    assert pick_layer(rows["argmax"]).layer == 2  # the best against the gold
+    assert pick_layer([_scores(1, None), _scores(2, None)]).layer == 2  # no gold: the last
 
 
 def test_alignment_report_inputs(tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ from omegaconf import OmegaConf
 
 from transformer_mt import Transformer, TransformerConfig
 from transformer_mt.data.batching import collate
-from transformer_mt.data.tokenizer import EOS_ID
 from transformer_mt.decoding import greedy_decode
 from transformer_mt.loss import label_smoothed_nll
+from transformer_mt.model.vocab import EOS_ID
 from transformer_mt.train import run
 
 PAIRS = [
@@ -87,14 +87,14 @@ def test_run_smoke_two_steps(compose_cfg, tmp_path) -> None:
 
 
 @pytest.mark.slow  # a few seconds each: AER on a gold set at validation
-@pytest.mark.parametrize("reading", ["full_context", "shift"])
+@pytest.mark.parametrize("reading", ["full", "shift"])
 def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     compose_cfg, tmp_path, reading, capsys
 ) -> None:
     """Guided alignment end to end in seconds: the built-in links, the head trained and read
     with the full target as context or shifted, AER on a gold set at validation, the head's
     heatmap, and ``--head guided`` finding the head with its reading."""
-    from transformer_mt.analysis.report import HeadChoice, resolve_head
+    from transformer_mt.align.reading import HeadReading, parse_head
 
     (tmp_path / "g.es").write_text("el gato negro\nla casa\n")
     (tmp_path / "g.en").write_text("the black cat\nthe house\n")
@@ -105,7 +105,7 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
         *("model.n_layers=2", "model.d_model=16", "model.d_ff=32", "model.n_heads=2"),
         *("trainer.max_steps=2", "trainer.enable_progress_bar=false", "trainer.loggers=[csv]"),
         *("heatmaps.valid_sentences=0", "checkpoint.keep_last=1", "trainer.val_check_interval=2"),
-        *("data.alignments=builtin", "align.guided=true", f"align.{reading}=true"),
+        *("data.alignments=builtin", "align.guided=true", f"align.mode={reading}"),
         f"+align.gold.tiny={gold}",
     )
     metrics = run(cfg)
@@ -119,18 +119,17 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     assert aer["guided_head"] == round(float(rows[-1]["val/aer_tiny"]), 4)
     assert aer["best_layer"] == round(float(rows[-1]["val/aer_tiny_best_layer"]), 4)
     assert json.loads((out / "metrics.json").read_text())["aer"] == metrics["aer"]
-    how = ", shift" if reading == "shift" else ", full context"
     printed = capsys.readouterr().out
-    assert f"AER tiny: guided head 1:1{how} {aer['guided_head']:.3f}, best layer" in printed
+    assert f"AER tiny: guided head 1:1 ({reading}) {aer['guided_head']:.3f}, best layer" in printed
     drawn = metrics["alignment"]["guided_head"]
     assert drawn["png"] == "alignment_layer1_head1.png" and (out / drawn["png"]).is_file()
     # shifted, a word's row is the one where it is the input: no EOS row in the picture
     n_words = len(metrics["alignment"]["example"]["target"].split())
-    assert len(drawn["strongest"]) == n_words + (reading == "full_context")
+    assert len(drawn["strongest"]) == n_words + (reading == "full")
     shift = reading == "shift"
-    assert resolve_head("guided", out, 2, 2) == HeadChoice(1, 1, shift, not shift)
+    assert parse_head("guided", 2, 2, run_dir=out) == HeadReading(1, 1, reading)
     ckpt = out / "checkpoints" / "last.ckpt"
-    assert resolve_head("guided", ckpt, 2, 2) == HeadChoice(1, 1, shift, not shift)
+    assert parse_head("guided", 2, 2, run_dir=ckpt) == HeadReading(1, 1, reading)
     # the benchmark reads the guided head as trained, beside eflomal on the same text
     pytest.importorskip("eflomal")  # installed in CI (.ci/run: the [align] extra)
     import subprocess
@@ -141,13 +140,13 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     files = [str(tmp_path / name) for name in ("g.es", "g.en", "g.wa")]
     script = ROOT / "benchmarks" / "alignment_aer.py"
     command = [sys.executable, str(script), "--run", f"tiny={out}", "--gold-files", *files]
-    how = "shift" if shift else "full context"
+    how = f"({reading})"
     if not shift:  # the two directions, below, once: the reading does not change them
         result = subprocess.run(
             [*command, "--teacher-pairs", "0"], capture_output=True, text=True, timeout=300
         )
         assert result.returncode == 0, result.stderr
-        assert f"tiny: guided head 1:1, {how}" in result.stdout
+        assert f"tiny: guided head 1:1 {how}" in result.stdout
         assert "eflomal grow-diag-final-and" in result.stdout
         return
     # a run that translates the other way (here: the same weights, told they read English) is
@@ -164,8 +163,8 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    assert f"tiny: guided head 1:1, {how}" in result.stdout
-    assert f"rev: guided head 1:1, {how}" in result.stdout
+    assert f"tiny: guided head 1:1 {how}" in result.stdout
+    assert f"rev: guided head 1:1 {how}" in result.stdout
     assert "eflomal grow-diag-final-and" in result.stdout
     table = {line[:52].strip(): line[52:].split() for line in result.stdout.splitlines()}
     assert len(table["tiny+rev: intersect"]) == len(table["tiny+rev: grow-diag-final-and"]) == 3
@@ -211,7 +210,7 @@ def small_run(tmp_path_factory) -> tuple:
 
 def out_valid_rows(out, n: int) -> list[dict]:
     from transformer_mt.checkpoint import run_data_config
-    from transformer_mt.data.dataset import demo_files
+    from transformer_mt.data.sources import demo_files
 
     with open(demo_files(run_data_config(out))["valid"], encoding="utf-8") as f:
         return [json.loads(line) for _, line in zip(range(n), f)]
@@ -224,7 +223,7 @@ def test_run_writes_a_complete_run_directory(small_run) -> None:
     assert saved["test_bleu"] == metrics["test_bleu"]
     # the figure is SacreBLEU of the written hypotheses against the test split's references
     from transformer_mt.checkpoint import run_data_config
-    from transformer_mt.data.dataset import demo_files
+    from transformer_mt.data.sources import demo_files
     from transformer_mt.metrics import corpus_bleu
 
     with open(demo_files(run_data_config(out))["test"], encoding="utf-8") as f:

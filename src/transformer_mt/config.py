@@ -16,6 +16,8 @@ from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from transformer_mt.align.eflomal import EFLOMAL_LINKS
+from transformer_mt.align.reading import MODES
 from transformer_mt.decoding.config import DecodeConfig
 from transformer_mt.errors import UserError
 from transformer_mt.model.config import TransformerConfig
@@ -83,9 +85,6 @@ class GoldSetConfig:
                 )
             out[name] = cls(**gold)
         return out
-
-
-EFLOMAL_LINKS = ("gdfa", "forward", "reverse")  # data.eflomal_links
 
 
 @dataclass
@@ -280,14 +279,11 @@ class AlignConfig:
     weight: float = 0.05  # λ, the alignment loss's weight next to the per-token translation loss
     layer: int = -2  # the supervised head's decoder layer: 1-based, or negative from the end
     head: int = 1  # 1-based
-    # Supervise (and read) the head in a second decoder pass without the causal mask, so its
-    # row for a target word sees that word (Garg et al.'s "full context"; fairseq's
-    # --full-context-alignment). Costs one more pass through the layers up to align.layer.
-    full_context: bool = False
-    # Supervise (and read) the row where the target word is the decoder's *input*, one step
-    # after the row that predicts it (Chen et al. 2020's shifted reading): the row sees the
-    # word it aligns, as with full_context, at no extra cost (the causal pass is the only one).
-    shift: bool = False
+    # Which row of the head stands for target word j (transformer_mt.align.reading): causal,
+    # the row that predicts j; shift, the next row, where j is the decoder's input (Chen et
+    # al. 2020), at no extra cost; full, j's row in a second pass without the causal mask (Garg
+    # et al.'s full context, fairseq's --full-context-alignment), one more pass up to align.layer.
+    mode: str = "causal"
     gold: dict[str, Any] = field(default_factory=dict)  # name -> GoldSetConfig: AER at validations
 
     def __post_init__(self) -> None:
@@ -296,11 +292,8 @@ class AlignConfig:
             raise UserError(f"align.weight must be >= 0, got {self.weight}")
         if self.head < 1:
             raise UserError(f"align.head is 1-based, got {self.head}")
-        if self.shift and self.full_context:
-            raise UserError(
-                "align.shift and align.full_context are two ways for the guided head's row to see "
-                "its target word: set one of them to false"
-            )
+        if self.mode not in MODES:
+            raise UserError(f"align.mode must be one of {', '.join(MODES)}, got {self.mode!r}")
 
 
 @dataclass

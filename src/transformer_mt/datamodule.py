@@ -10,7 +10,8 @@ from torch.utils.data import DataLoader
 
 from transformer_mt.config import DataConfig
 from transformer_mt.data.batching import TokenBatchSampler, TokenRows, collate_columns
-from transformer_mt.data.dataset import load_corpus, tokenize, train_tokenizer
+from transformer_mt.data.sources import load_corpus
+from transformer_mt.data.tokenize import tokenize, train_tokenizer
 from transformer_mt.data.tokenizer import Tokenizer
 
 

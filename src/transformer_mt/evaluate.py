@@ -12,8 +12,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from transformer_mt.checkpoint import load_model, run_data_config
 from transformer_mt.config import DecodeConfig, check_keys
-from transformer_mt.data.dataset import load_corpus
+from transformer_mt.data.sources import load_corpus
 from transformer_mt.decoding import quantize_for_decoding, translate
+from transformer_mt.deploy.ct2 import CT2Translator
 from transformer_mt.metrics import compound_split_bleu, corpus_bleu, corpus_chrf
 
 log = logging.getLogger(__name__)
@@ -30,8 +31,6 @@ def evaluate(cfg: DictConfig) -> dict:
     data_cfg = run_data_config(run_dir)
     decode: DecodeConfig = OmegaConf.to_object(cfg.decode)
     if decode.engine == "ct2":
-        from transformer_mt.deploy.ct2 import CT2Translator
-
         engine = CT2Translator(decode.ct2_dir or run_dir / "ct2")
         sources = [Path(p) for p in engine.info["checkpoints"]]
         if len(sources) != cfg.ckpt.average_last:

@@ -16,14 +16,14 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from transformer_mt.analysis.gold import GoldSet, gold_aer
+from transformer_mt.align.gold import GoldSet
+from transformer_mt.align.reading import HeadReading
+from transformer_mt.analysis.alignment import gold_aer
 from transformer_mt.config import DecodeConfig, OptimConfig, TransformerConfig
 from transformer_mt.data.batching import Batch
-from transformer_mt.data.guided import alignment_loss
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.decoding import decode_batch
-from transformer_mt.errors import UserError
-from transformer_mt.loss import label_smoothed_nll
+from transformer_mt.loss import alignment_loss, label_smoothed_nll
 from transformer_mt.metrics import corpus_bleu
 from transformer_mt.model import Transformer
 from transformer_mt.optim import build_optimizer
@@ -56,11 +56,10 @@ class TranslationModule(L.LightningModule):
             valid_max_sentences: validation BLEU decodes the first N validation rows.
             references: {"valid": [...], "test": [...]} target sentences by row, for BLEU;
                 none: BLEU is not computed (the loss and perplexity still are).
-            guided: guided alignment, {"weight": λ, "layer": L, "head": H, "full_context":
-                bool, "shift": bool} (1-based, a negative layer from the end): the loss gains
-                λ x the KL divergence between that cross-attention head (read with the whole
-                target as context when full_context; a target word's row is the one where it
-                is the input when shift) and the batch's word links (``data/guided.py``).
+            guided: guided alignment, {"weight": λ, "layer": L, "head": H, "mode": M} (an
+                ``AlignConfig``'s values): the loss gains λ x the KL divergence between that
+                cross-attention head, read as its ``HeadReading`` says, and the batch's word
+                links (``transformer_mt.loss.alignment_loss``).
             gold_sets: gold alignments scored at every validation (``val/aer_<name>``: the
                 guided head's AER, and the best layer's with heads averaged).
         """
@@ -75,18 +74,14 @@ class TranslationModule(L.LightningModule):
         self.tokenizer = Tokenizer(tokenizer_path) if tokenizer_path else None
         self.valid_max_sentences = valid_max_sentences
         self.references = dict(references or {})
-        self.guided = dict(guided) if guided else None
-        if self.guided is not None:
-            n_layers, n_heads = self.model_cfg.n_layers, self.model_cfg.n_heads
-            layer, head = self.guided["layer"], self.guided["head"]
-            if not (1 <= layer <= n_layers or -n_layers <= layer <= -1) or not (
-                1 <= head <= n_heads
-            ):
-                raise UserError(
-                    f"align.layer={layer} / align.head={head}: the model has decoder layers "
-                    f"1..{n_layers} (or -1..-{n_layers}) and heads 1..{n_heads}"
-                )
-            self.guided["layer"] = layer if layer > 0 else n_layers + layer + 1  # 1-based
+        # the guided head, resolved once; None: no guided alignment
+        self.reading: HeadReading | None = None
+        self.align_weight = 0.0
+        if guided:
+            self.reading = HeadReading.from_config(
+                guided, self.model_cfg.n_layers, self.model_cfg.n_heads
+            )
+            self.align_weight = guided["weight"]
         self.gold_sets = list(gold_sets)
         self.batch_in_flight: Batch | None = None  # for error messages (out of memory)
         self.skipped_steps = 0  # non-finite steps skipped (trainer.on_nonfinite_loss=skip)
@@ -126,28 +121,24 @@ class TranslationModule(L.LightningModule):
 
     def _guided_step(self, batch: Batch) -> tuple[Tensor, Tensor, int, Tensor]:
         """``_step`` plus the alignment loss of the guided head (Garg et al. 2019)."""
-        layer, head = self.guided["layer"] - 1, self.guided["head"] - 1
+        reading = self.reading
         logits, weights = self.model.forward_with_head(
-            batch.src, batch.tgt_in, layer, head, self.guided.get("full_context", False)
+            batch.src, batch.tgt_in, reading.layer - 1, reading.head - 1, reading.full_context
         )
         loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.model_cfg.label_smoothing)
         # Lightning moved the batch, these tensors included, to the device
         align = alignment_loss(
-            weights,
-            batch.align_index,
-            batch.align_weight,
-            batch.align_rows,
-            shift=self.guided.get("shift", False),
+            weights, batch.align_index, batch.align_weight, batch.align_rows, reading.shift
         )
         return loss, nll, batch.n_tgt_tokens, align
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor | None:
         self.batch_in_flight = batch
-        if self.guided is not None and batch.align_index is not None:
+        if self.reading is not None and batch.align_index is not None:
             loss, nll, n_tokens, align = self._guided_step(batch)
             # Per-token mean, so the gradient scale does not depend on how full the batch is;
             # the alignment term is already a mean over the batch's supervised target pieces.
-            mean = loss / n_tokens + self.guided["weight"] * align
+            mean = loss / n_tokens + self.align_weight * align
             # accumulated on the device, read once at the epoch's end (no host read per step)
             self.log("train/align_kl", align.detach(), on_step=False, on_epoch=True, batch_size=1)
         else:
@@ -324,14 +315,8 @@ class TranslationModule(L.LightningModule):
         """AER on each gold set: the guided head's, and the best layer's (heads averaged)."""
         if not self.gold_sets or self.tokenizer is None or self.trainer.sanity_checking:
             return
-        layer = head = None
-        full_context = shift = False
-        if self.guided is not None:
-            layer, head = self.guided["layer"], self.guided["head"]
-            full_context = self.guided.get("full_context", False)
-            shift = self.guided.get("shift", False)
         for gold in self.gold_sets:
-            scores = gold_aer(self.model, self.tokenizer, gold, layer, head, full_context, shift)
+            scores = gold_aer(self.model, self.tokenizer, gold, self.reading)
             if "head" in scores:
                 self.log(f"val/aer_{gold.name}", scores["head"], prog_bar=True)
             self.log(f"val/aer_{gold.name}_best_layer", scores["best_layer_aer"])

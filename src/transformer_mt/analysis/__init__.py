@@ -1,30 +1,22 @@
-"""Attention analysis, in one place: capture, pieces -> words, hard alignments, scores, statistics.
+"""Attention analysis: capture, pieces -> words, hard alignments and their scores, statistics.
 
 - ``capture``: every attention map of one pair, teacher-forced on a given target or on the
   model's own translation; folding SentencePiece pieces into words.
-- ``alignment``: hard alignments (argmax, shift, intersection), symmetrisation, Pharaoh and
-  gold-file I/O, AER / precision / recall, per-layer scoring of a corpus.
+- ``alignment``: hard alignments read from a ``HeadReading``, per-layer and per-head scoring
+  of a corpus against gold (the set algebra and the gold sets are ``transformer_mt.align``'s).
+- ``report``: ``scripts/align.py``'s inputs, readings and tables.
 - ``stats``: row entropy, source coverage, softmax temperature.
-- ``heatmaps``: the figures of one pair written to disk (drawing itself is ``viz``'s job).
 """
 
 from transformer_mt.analysis.alignment import (
     LayerScores,
-    alignment_error_rate,
     corpus_attention,
-    corpus_scores,
-    drop_outside,
-    format_pharaoh,
+    gold_aer,
     hard_alignment,
-    parse_head,
-    precision_recall,
-    read_gold,
-    read_pharaoh,
-    read_tagged_sentences,
-    read_xlwa,
+    head_rows,
     score_heads,
     score_layers,
-    symmetrize,
+    translation_links,
 )
 from transformer_mt.analysis.capture import (
     PairAttention,
@@ -39,26 +31,18 @@ from transformer_mt.analysis.stats import coverage, row_entropy, with_temperatur
 __all__ = [
     "LayerScores",
     "PairAttention",
-    "alignment_error_rate",
     "capture",
     "corpus_attention",
-    "corpus_scores",
     "coverage",
-    "drop_outside",
-    "format_pharaoh",
+    "gold_aer",
     "hard_alignment",
+    "head_rows",
     "pair_attention",
-    "precision_recall",
-    "read_gold",
-    "read_pharaoh",
     "row_entropy",
-    "parse_head",
-    "read_tagged_sentences",
-    "read_xlwa",
     "score_heads",
     "score_layers",
-    "symmetrize",
     "to_words",
+    "translation_links",
     "with_temperature",
     "word_groups",
     "words_of",

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID
 from transformer_mt.decoding import greedy_decode
 from transformer_mt.model import AttentionMaps, Transformer
+from transformer_mt.model.vocab import BOS_ID, EOS_ID
 
 WORD_START = "\u2581"  # SentencePiece's "▁", which starts every word
 CONTROL_PIECES = frozenset({"<s>", "</s>", "<pad>"})

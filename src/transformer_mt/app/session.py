@@ -14,10 +14,12 @@ from pathlib import Path
 
 from torch import Tensor
 
+from transformer_mt.align.reading import HeadReading, guided_reading
 from transformer_mt.analysis.alignment import hard_alignment
 from transformer_mt.analysis.capture import PairAttention, pair_attention
-from transformer_mt.analysis.report import HeadChoice, guided_choice
 from transformer_mt.checkpoint import load_model, run_data_config
+from transformer_mt.data.files import open_text
+from transformer_mt.data.sources import demo_files
 from transformer_mt.decoding import DecodeConfig
 from transformer_mt.decoding.text import translate
 from transformer_mt.errors import UserError
@@ -35,12 +37,12 @@ KIND_NAMES = {
     "decoder": "decoder self-attention (target <- target so far)",
     "encoder": "encoder self-attention (source <- source)",
 }
-# How cross-attention rows stand for target words. "as decoded": the row that predicts the
-# word, the decoder seeing the target so far; "shift": the row where the word is the
-# decoder's input (Chen et al. 2020; a head trained with align.shift); "full context":
-# captured with the whole target as the decoder's context (a head trained with
-# align.full_context), the row that predicts the word.
+# The page's names of the HeadReading modes: how cross-attention rows stand for target words.
+# "as decoded": the row that predicts the word, the decoder seeing the target so far; "shift":
+# the row where the word is the decoder's input (Chen et al. 2020); "full context": captured
+# with the whole target as the decoder's context, the row that predicts the word.
 READINGS = ("as decoded", "shift", "full context")
+MODE_OF = dict(zip(READINGS, ("causal", "shift", "full"), strict=True))
 
 
 @dataclass(frozen=True)
@@ -70,14 +72,19 @@ class Explorer:
             raise UserError(str(err)) from None
         self.model.eval()
         # the head trained with align.guided (None without), read by default as trained
-        self.guided: HeadChoice | None = guided_choice(self.run_dir, self.n_layers)
+        self.guided: HeadReading | None = guided_reading(self.run_dir, self.n_layers, self.n_heads)
 
     @property
     def default_reading(self) -> str:
         """The reading the run's guided head was trained in; "as decoded" for other runs."""
-        if self.guided is not None and self.guided.full_context:
-            return "full context"
-        return "shift" if self.guided is not None and self.guided.shift else "as decoded"
+        mode = self.guided.mode if self.guided is not None else "causal"
+        return next(label for label, m in MODE_OF.items() if m == mode)
+
+    def head_reading(self, layer: int, head: int | None, reading: str) -> HeadReading:
+        """The page's layer, head (None: the mean) and reading as a ``HeadReading``, checked
+        against the model where every ``--head`` is."""
+        _check_reading(reading)
+        return HeadReading.of(layer, head, MODE_OF[reading], self.n_layers, self.n_heads)
 
     @property
     def n_layers(self) -> int:
@@ -108,18 +115,14 @@ class Explorer:
         """The first short validation sources, where they can be read without a download."""
         try:
             if data.source == "demo":
-                from transformer_mt.data.dataset import demo_files
-
                 with open(demo_files(data)["valid"], encoding="utf-8") as f:
                     sources = (json.loads(line)["src"] for line in f)
                     return [s for _, s in zip(range(200), sources) if len(s.split()) <= max_words][
                         :limit
                     ]
             if data.source == "local" and not data.holdout:
-                from transformer_mt.data.dataset import _open_text
-
                 path = Path(data.split_files()["valid"][0])
-                with _open_text(path) as f:
+                with open_text(path) as f:
                     lines = (line.decode("utf-8", "replace").strip() for line in f)
                     return [
                         s for _, s in zip(range(200), lines) if 0 < len(s.split()) <= max_words
@@ -200,13 +203,7 @@ class Explorer:
             entropy_and_coverage,
         )
 
-        _check_reading(reading)
-        shift = reading == "shift"
-
-        if not 1 <= layer <= self.n_layers:
-            raise UserError(f"layer {layer}: this model has layers 1..{self.n_layers}")
-        if head is not None and not 1 <= head <= self.n_heads:
-            raise UserError(f"head {head}: this model has heads 1..{self.n_heads}")
+        shift = self.head_reading(layer, head, reading).shift
         which = f"layer {layer}, " + ("heads averaged" if head is None else f"head {head}")
         if reading != "as decoded":
             which += f", {reading} reading"

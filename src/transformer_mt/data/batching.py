@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Sampler
 
-from transformer_mt.data.guided import supervision
-from transformer_mt.data.tokenizer import BOS_ID, PAD_ID
+from transformer_mt.data.supervision import supervision
+from transformer_mt.model.vocab import BOS_ID, PAD_ID
 
 
 @dataclass

@@ -1,15 +1,6 @@
 """Joint SentencePiece BPE (§5.1: "a shared source-target vocabulary").
 
-This module owns the special ids; everything else reads them from here:
-
-====  =====  ===========================================
-id    piece  use
-====  =====  ===========================================
-0     <pad>  padding; ignored by the loss and masked in attention
-1     <unk>  pieces outside the vocabulary
-2     <s>    BOS: first decoder input
-3     </s>   EOS: ends every source and every target
-====  =====  ===========================================
+Trained with the special ids of ``transformer_mt.model.vocab`` (pad 0, unk 1, BOS 2, EOS 3).
 """
 
 from __future__ import annotations
@@ -23,8 +14,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from transformer_mt.errors import UserError
-
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+from transformer_mt.model.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 class Tokenizer:

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID
 from transformer_mt.decoding.state import DecoderState, constrain_length, length_limits
 from transformer_mt.model import Transformer
+from transformer_mt.model.vocab import BOS_ID, EOS_ID
 
 
 @dataclass(frozen=True)

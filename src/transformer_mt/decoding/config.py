@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from transformer_mt.errors import UserError
+
 ENGINES = ("torch", "ct2")
 
 
@@ -25,14 +27,8 @@ class DecodeConfig:
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
-            from transformer_mt.errors import UserError
-
             raise UserError(f"decode.engine={self.engine!r}: use torch or ct2")
         if self.quantize not in (None, "int8"):
-            from transformer_mt.errors import UserError
-
             raise UserError(f"decode.quantize={self.quantize!r}: use int8 or null")
         if self.length_norm not in ("gnmt", "power"):
-            from transformer_mt.errors import UserError
-
             raise UserError(f"decode.length_norm={self.length_norm!r}: use gnmt or power")

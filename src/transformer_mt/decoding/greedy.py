@@ -8,9 +8,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID
 from transformer_mt.decoding.state import DecoderState, constrain_length, length_limits
 from transformer_mt.model import Transformer
+from transformer_mt.model.vocab import BOS_ID, EOS_ID
 
 
 @torch.inference_mode()

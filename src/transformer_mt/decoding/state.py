@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.model import DecoderCache, Transformer
+from transformer_mt.model.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 class DecoderState:

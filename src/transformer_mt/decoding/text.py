@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from tqdm.auto import tqdm
 
-from transformer_mt.data.batching import pad
-from transformer_mt.data.tokenizer import EOS_ID, Tokenizer
 from transformer_mt.decoding.beam import beam_search
 from transformer_mt.decoding.config import DecodeConfig
 from transformer_mt.decoding.greedy import greedy_decode
 from transformer_mt.errors import UserError
 from transformer_mt.model import Transformer
+from transformer_mt.model.vocab import EOS_ID, PAD_ID
 
 log = logging.getLogger(__name__)
+
+
+class Tokenizer(Protocol):
+    """What decoding needs of a tokenizer (``transformer_mt.data.tokenizer.Tokenizer`` is one)."""
+
+    def encode(self, sentences: list[str]) -> list[list[int]]: ...
+
+    def decode(self, ids: list[list[int]]) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -75,7 +84,9 @@ def translate(
     bar = tqdm(total=len(todo), unit="sent", desc="translating", disable=not progress)
     for start in range(0, len(todo), cfg.batch_size):
         chunk = todo[start : start + cfg.batch_size]
-        src = pad([ids[i] for i in chunk]).to(device)  # (b, S)
+        src = pad_sequence(
+            [torch.tensor(ids[i]) for i in chunk], batch_first=True, padding_value=PAD_ID
+        ).to(device)  # (b, S)
         if cfg.beam_size == 1 and n_best == 1:
             hyps = [
                 [(tokens, 0.0)]

@@ -21,12 +21,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from transformer_mt.analysis.alignment import hard_alignment
+from transformer_mt.analysis.capture import to_words, word_groups
 from transformer_mt.checkpoint import load_model
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.decoding.config import DecodeConfig
 from transformer_mt.decoding.text import Translation, source_ids
 from transformer_mt.errors import UserError
 from transformer_mt.model import Transformer
+from transformer_mt.model.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 log = logging.getLogger(__name__)
 QUANTIZATIONS = ("int8", "int8_float32", "float16", "bfloat16", "float32")
@@ -276,8 +279,6 @@ def attention_links(
     CTranslate2 returns (target pieces, source pieces) without the EOS row and column, the
     same weights as ours there; folded into words as ``translation_links`` folds ours.
     """
-    from transformer_mt.analysis.alignment import hard_alignment
-    from transformer_mt.analysis.capture import to_words, word_groups
 
     weights = torch.as_tensor(np.asarray(attention, dtype=np.float32))
     src_pieces = [tokenizer.sp.id_to_piece(i) for i in src_ids]

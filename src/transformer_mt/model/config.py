@@ -31,7 +31,7 @@ class TransformerConfig:
     max_positions: int = 1024
     tie_embeddings: bool = True  # encoder, decoder and pre-softmax weights share one matrix
     vocab_size: int = 0  # set from the tokenizer at build time
-    pad_id: int = 0  # fixed by transformer_mt.data.tokenizer
+    pad_id: int = 0  # PAD_ID of transformer_mt.model.vocab
 
     def __post_init__(self) -> None:
         for key in ("n_layers", "d_model", "d_ff", "n_heads", "max_positions"):

@@ -8,6 +8,8 @@ Legend: B batch, S source length, T target length, D d_model, F d_ff, H heads.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -77,6 +79,16 @@ class EncoderLayer(nn.Module):
         return x, weights
 
 
+class DecoderOutput(NamedTuple):
+    """What one decoder layer returns."""
+
+    states: Tensor  # (B, T, D); after cross-attention only when the layer ran with skip_ffn
+    self_kv: LayerCache  # the self-attention keys/values, including this call's positions
+    cross_kv: LayerCache  # the cross-attention keys/values of the encoder output
+    self_weights: Tensor | None  # (B, H, T, T_seen) with need_weights, else None
+    cross_weights: Tensor | None  # (B, H, T, S), (B, 1, T, S) for cross_head, else None
+
+
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the encoder output, then the FFN (Figure 1, right)."""
 
@@ -96,15 +108,16 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: Tensor,
-        memory: Tensor | None,
-        self_mask: Tensor | None,
         memory_mask: Tensor,
+        *,
+        memory: Tensor | None = None,
+        self_mask: Tensor | None = None,
         self_cache: LayerCache | None = None,
         cross_cache: LayerCache | None = None,
         need_weights: bool = False,
         cross_head: int | None = None,
         skip_ffn: bool = False,
-    ) -> tuple[Tensor, LayerCache, LayerCache, tuple[Tensor | None, Tensor] | None]:
+    ) -> DecoderOutput:
         """One decoder layer, for a whole target (training) or new positions (decoding).
 
         Args:
@@ -122,8 +135,7 @@ class DecoderLayer(nn.Module):
                 layer's output): for a pass that only wants the attention weights.
 
         Returns:
-            states (B, T, D), the self- and cross-attention K/V, and None or the weights
-            (self (B, H, T, T_seen), cross (B, H, T, S)).
+            a ``DecoderOutput``.
         """
         # 1) Masked self-attention.
         y, self_kv, self_weights = self.self_attn(
@@ -147,5 +159,4 @@ class DecoderLayer(nn.Module):
         # 3) Position-wise feed-forward.
         if not skip_ffn:
             x = self.norm_ffn.exit(x, self.ffn(self.norm_ffn.enter(x)))
-        weights = (self_weights, cross_weights) if cross_weights is not None else None
-        return x, self_kv, cross_kv, weights
+        return DecoderOutput(x, self_kv, cross_kv, self_weights, cross_weights)

@@ -118,15 +118,23 @@ class Decoder(nn.Module):
             self_cache = cache.self_attn[i] if cache is not None else None
             cross_cache = cache.cross_attn[i] if cache is not None else None
             probe = cross_head[1] if cross_head is not None and cross_head[0] == i else None
-            x, self_kv, _, w = layer(
-                x, memory, self_mask, attn_mask, self_cache, cross_cache, need_weights, probe
+            out = layer(
+                x,
+                attn_mask,
+                memory=memory,
+                self_mask=self_mask,
+                self_cache=self_cache,
+                cross_cache=cross_cache,
+                need_weights=need_weights,
+                cross_head=probe,
             )
+            x = out.states
             if cache is not None:
-                cache.self_attn[i] = self_kv
-            if w is not None:
-                if w[0] is not None:
-                    self_weights.append(w[0])
-                cross_weights.append(w[1])
+                cache.self_attn[i] = out.self_kv
+            if out.self_weights is not None:
+                self_weights.append(out.self_weights)
+            if out.cross_weights is not None:
+                cross_weights.append(out.cross_weights)
         if cache is not None:
             cache.offset += tgt_in.size(1)
         return self.final_norm(x), self_weights, cross_weights
@@ -160,10 +168,16 @@ class Decoder(nn.Module):
         attn_mask = without_trivial(memory_mask)
         for i in range(layer + 1):
             last = i == layer  # its FFN would feed nothing that is read
-            x, _, _, w = self.layers[i](
-                x, memory, target_mask, attn_mask, cross_head=head if last else None, skip_ffn=last
+            out = self.layers[i](
+                x,
+                attn_mask,
+                memory=memory,
+                self_mask=target_mask,
+                cross_head=head if last else None,
+                skip_ffn=last,
             )
-        return w[1][:, 0]
+            x = out.states
+        return out.cross_weights[:, 0]
 
 
 class Transformer(nn.Module):
@@ -265,7 +279,7 @@ class Transformer(nn.Module):
         """``forward`` that also returns one cross-attention head's weights (guided alignment).
 
         Args:
-            layer, head: 0-based (a negative layer counts from the end).
+            layer, head: 0-based indices (``HeadReading`` resolves what users write).
             full_context: read the head from a second pass that sees the whole target
                 (``Decoder.head_weights``) instead of from the causal pass that predicts.
 
@@ -273,7 +287,11 @@ class Transformer(nn.Module):
             logits (B, T, V) and the head's weights (B, T, S), rows summing to 1 over real
             source positions (pad keys get zero).
         """
-        layer = layer % self.cfg.n_layers
+        if not (0 <= layer < self.cfg.n_layers and 0 <= head < self.cfg.n_heads):
+            raise IndexError(
+                f"head ({layer}, {head}) of a model with {self.cfg.n_layers} layers and "
+                f"{self.cfg.n_heads} heads (0-based)"
+            )
         memory, src_mask = self.encode(src)
         if full_context:  # a second, unmasked pass up to ``layer`` gives the head's weights
             logits = self.decode(tgt_in, memory, src_mask)

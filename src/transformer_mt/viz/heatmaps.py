@@ -5,17 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from transformer_mt.align.reading import HeadReading
 from transformer_mt.analysis.capture import pair_attention
-from transformer_mt.errors import UserError
 from transformer_mt.model import Transformer
 from transformer_mt.viz.alignment import plot_alignment, plot_heads
-
-
-def layer_index(layer: int, n_layers: int) -> int:
-    """A 1-based layer number, or a negative one counted from the end, -> a 0-based index."""
-    if not (-n_layers <= layer < 0 or 1 <= layer <= n_layers):
-        raise UserError(f"layer {layer}: the decoder has layers 1..{n_layers} (or -1..-{n_layers})")
-    return layer - 1 if layer > 0 else layer % n_layers
 
 
 def save_pair_heatmaps(
@@ -24,48 +17,40 @@ def save_pair_heatmaps(
     src: str,
     tgt: str | list[int] | None,
     stem: Path,
-    layer: int = -1,
+    reading: HeadReading,
     formats: tuple[str, ...] = ("png",),
     heads: bool = True,
-    head: int | None = None,
-    full_context: bool = False,
-    shift: bool = False,
 ) -> dict:
     """Draw one pair's cross-attention: ``<stem>_layer<N>.<fmt>`` and ``<stem>_heads.<fmt>``.
 
     Args:
         tgt: the target to teacher-force (text, or piece ids without EOS, e.g. a beam
             hypothesis); None translates ``src`` greedily first.
-        layer: the decoder layer of the heads-averaged heatmap (1-based, or negative from the end).
+        reading: the layer, head (or the heads averaged) and rows drawn: ``full`` captures
+            with the whole target as the decoder's context, ``shift`` draws each target
+            word's row where it is the decoder's input (no EOS row then); the titles say so.
         formats: file suffixes matplotlib understands, e.g. ``("png", "svg")``.
         heads: also draw the grid of every head of every layer.
-        head: draw this head of ``layer`` (1-based) instead of the heads averaged.
-        full_context: capture with the whole target as the decoder's context (how a head
-            trained with ``align.full_context`` is read); the titles say so.
-        shift: each target word's row is the one where it is the decoder's input (how a head
-            trained with ``align.shift`` is read); no EOS row then. The titles say so.
 
     Returns:
         the source, the target drawn (translation or given), the layer, the files written, and
         per target word the source word it attends to most.
     """
-    pair = pair_attention(model, tokenizer, src, tgt, full_context=full_context)
+    pair = pair_attention(model, tokenizer, src, tgt, full_context=reading.full_context)
     weights, src_words, tgt_words = pair.words("cross"), pair.src_words, pair.tgt_words
-    index = layer_index(layer, weights.size(0))
-    if head is not None and not 1 <= head <= weights.size(1):
-        raise UserError(f"head {head}: the decoder has heads 1..{weights.size(1)}")
+    layer, head = reading.layer, reading.head
+    chosen = weights[layer - 1]  # (H, W_tgt + 1, W_src + 1)
+    words = chosen.mean(dim=0) if head is None else chosen[head - 1]
     if head is None:
-        words = weights[index].mean(dim=0)  # heads averaged: (W_tgt, W_src)
-        title = f"decoder layer {index + 1} cross-attention, heads averaged"
-        name = f"{stem.name}_layer{index + 1}"
+        title = f"decoder layer {layer} cross-attention, heads averaged"
+        name = f"{stem.name}_layer{layer}"
     else:
-        words = weights[index, head - 1]
-        title = f"decoder layer {index + 1}, head {head}: cross-attention"
-        name = f"{stem.name}_layer{index + 1}_head{head}"
-    if full_context:
-        title += " (full target context)"
+        title = f"decoder layer {layer}, head {head}: cross-attention"
+        name = f"{stem.name}_layer{layer}_head{head}"
     rows = tgt_words
-    if shift:
+    if reading.full_context:
+        title += " (full target context)"
+    if reading.shift:
         words, rows = words[1:], tgt_words[:-1]  # word j: the row where it is the input
         title += " (shift reading)"
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -83,7 +68,7 @@ def save_pair_heatmaps(
         "source": src,
         "target": tokenizer.decode([pair.tgt_ids])[0],
         "translated": pair.translated,
-        "layer": index + 1,
+        "layer": layer,
         "head": head,
         "strongest": [[t, src_words[j]] for t, j in zip(rows, best, strict=True)],
         "files": files,

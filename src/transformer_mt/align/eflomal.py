@@ -1,0 +1,63 @@
+"""Word alignments of a training corpus by eflomal (Östling & Tiedemann 2016), cached on disk.
+
+eflomal aligns both directions at once; their grow-diag-final-and symmetrization is written
+beside them, so every choice of ``data.eflomal_links`` is on disk after one run. The cache key
+is the caller's (the training split's fingerprint): the same split is never aligned twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from transformer_mt.align.links import format_pharaoh, read_pharaoh, symmetrize
+from transformer_mt.errors import UserError
+
+log = logging.getLogger(__name__)
+
+EFLOMAL_LINKS = ("gdfa", "forward", "reverse")  # data.eflomal_links: which file is trained on
+
+
+def cached_links(folder: Path, key: str) -> dict[str, Path]:
+    """The three Pharaoh files of one corpus, by ``EFLOMAL_LINKS`` name (they may not exist yet)."""
+    return {links: Path(folder) / f"eflomal_{links}_{key}.pharaoh" for links in EFLOMAL_LINKS}
+
+
+def align_corpus(
+    sources: Sequence[str], targets: Sequence[str], folder: Path, key: str
+) -> dict[str, Path]:
+    """Align the pairs with eflomal unless ``folder`` already holds ``key``'s links.
+
+    The text is lowercased and split on whitespace, as the gold sets count words.
+
+    Returns:
+        ``cached_links(folder, key)``: one line of source-target links per pair.
+
+    Raises:
+        UserError: when eflomal is not installed.
+    """
+    paths = cached_links(folder, key)
+    if all(path.exists() for path in paths.values()):
+        return paths
+    try:
+        import eflomal  # an optional extra: pip install -e ".[align]"
+    except ImportError:
+        raise UserError(
+            'data.alignments=eflomal needs the eflomal aligner: pip install -e ".[align]"'
+        ) from None
+    folder.mkdir(parents=True, exist_ok=True)
+    src = [" ".join(s.lower().split()) for s in sources]
+    tgt = [" ".join(t.lower().split()) for t in targets]
+    log.info("aligning %d training pairs with eflomal (cached in %s)", len(src), folder)
+    fwd, rev = (paths["gdfa"].with_suffix(suffix) for suffix in (".fwd", ".rev"))
+    eflomal.Aligner().align(src, tgt, links_filename_fwd=str(fwd), links_filename_rev=str(rev))
+    tmp = paths["gdfa"].with_suffix(".tmp")
+    with open(fwd) as f, open(rev) as r, open(tmp, "w") as out:
+        for forward, backward in zip(f, r, strict=True):
+            links = symmetrize(read_pharaoh(forward)[0], read_pharaoh(backward)[0])
+            out.write(format_pharaoh(links) + "\n")
+    fwd.replace(paths["forward"])  # the cache is whole once all three files exist
+    rev.replace(paths["reverse"])
+    tmp.replace(paths["gdfa"])
+    return paths
