@@ -13,8 +13,8 @@ an unsupervised aligner is evaluated (lowercased: it works on word types); then 
 its best head over every layer x head (argmax, shift and full-context readings), its best
 layer with heads averaged, the shift reading of that layer, and (a run trained with
 ``align.guided``) the guided head, read as the run trained it: with the whole target as
-context (``align.full_context``), or a word from the row where it is the input
-(``align.shift``). A run that translates the other way (EN->ES beside ES->EN) is scored on
+context (``align.mode=full``), or a word from the row where it is the input
+(``align.mode=shift``). A run that translates the other way (EN->ES beside ES->EN) is scored on
 the same gold turned round, and its guided (else best) head's links are symmetrized with each
 forward run's (intersection and grow-diag-final-and), as Garg et al. combine their two
 directions. Each head is also scored against eflomal's grow-diag-final-and links as if they

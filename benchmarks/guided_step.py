@@ -9,8 +9,8 @@ sentences x ``--length`` pieces on each side, the same random batch for the thre
 - guided: ``forward_with_head`` (one head's weights computed beside the fused kernel) and the
   alignment loss (λ 0.5) on one link per target piece, as ``align.guided=true`` trains;
 - guided, shift: the same, each piece supervised at the row where it is the input
-  (``align.shift=true``);
-- full context: the same with ``align.full_context=true`` (a second, unmasked decoder pass up
+  (``align.mode=shift``);
+- full context: the same with ``align.mode=full`` (a second, unmasked decoder pass up
   to the supervised layer, ``Decoder.head_weights``).
 Steps rotate through the variants, so machine noise hits them alike; ratios are of medians.
 """

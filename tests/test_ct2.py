@@ -161,12 +161,12 @@ def test_exported_demo_model_translates_and_scores_as_ours(demo_run, tmp_path) -
     assert ct2_out.stdout == torch_out.stdout and " ||| " in ct2_out.stdout
     refused = subprocess.run(
         [sys.executable, *common, "--engine", "ct2", "--ct2-dir", str(tmp_path / "fp32")]
-        + ["--full-context"],
+        + ["--mode", "full"],
         input=text,
         capture_output=True,
         text=True,
     )
-    assert refused.returncode != 0 and "no --head, no --full-context" in refused.stderr
+    assert refused.returncode != 0 and "no --head, no --mode" in refused.stderr
 
     # evaluate.py decode.engine=ct2: the export's BLEU on the test split
     out = run_script(

@@ -132,20 +132,21 @@ def test_readings_shift_the_rows_or_capture_with_the_whole_target(explorer) -> N
 def test_a_guided_run_opens_on_its_head_in_its_reading(explorer_run, tmp_path) -> None:
     from omegaconf import OmegaConf
 
+    from transformer_mt.align.reading import HeadReading
     from transformer_mt.app.explorer import _opening_view
     from transformer_mt.app.session import Explorer
 
     assert Explorer(explorer_run).guided is None  # the demo run trains no head
     layers, layer, heads, head, reading, about = _opening_view(Explorer(explorer_run))
     assert (layer, head, reading) == (layers[-1], "mean", "as decoded")
-    for shift, full, expected in ((True, False, "shift"), (False, True, "full context")):
+    for mode, expected in (("shift", "shift"), ("full", "full context")):
         run = tmp_path / expected.replace(" ", "_")
         shutil.copytree(explorer_run, run, ignore=shutil.ignore_patterns("*.png", "logs"))
         config = OmegaConf.load(run / "config.yaml")
-        config.align.update(guided=True, layer=-2, head=3, shift=shift, full_context=full)
+        config.align.update(guided=True, layer=-2, head=3, mode=mode)
         OmegaConf.save(config, run / "config.yaml")
         opened = Explorer(run)
-        assert opened.guided == (1, 3, shift, full)  # layer -2 of 2 layers: layer 1
+        assert opened.guided == HeadReading(1, 3, mode)  # layer -2 of 2 layers: layer 1
         _, layer, _, head, reading, about = _opening_view(opened)
         assert (layer, head, reading) == ("1", "3", expected)
         assert f"align.guided: head 1:3, {expected} reading" in about
@@ -363,7 +364,7 @@ def test_the_page_in_headless_chromium(page_url, explorer, tmp_path) -> None:
         assert "loaded" in message  # the run; a guided run names its head and reading
         assert ("trained with align.guided" in message) == (explorer.guided is not None)
         # columns: the source words and EOS; rows: the translation's words, and EOS unless the
-        # page opened in the shift reading (a run trained with align.shift)
+        # page opened in the shift reading (a run trained with align.mode=shift)
         assert texts("#heatmap .xtick text") == [*SOURCE.split(), "</s>"]
         rows = texts("#heatmap .ytick text")
         words = rows[:-1] if opened_reading != "shift" else rows

@@ -463,11 +463,12 @@ def test_align_cli_scores_files_and_writes_pharaoh(small_run, tmp_path) -> None:
         "--reverse-gold",
         "--head",
         "1:2",
-        "--full-context",
+        "--mode",
+        "full",
         "--output",
         tmp_path / "full",
     )
-    assert full.returncode == 0 and "1:2, argmax, full context" in full.stdout, full.stderr
+    assert full.returncode == 0 and "layer:head 1:2, argmax, full" in full.stdout, full.stderr
     assert [len(line.split()) for line in (tmp_path / "full").read_text().splitlines()] == [3, 2]
     bad = _script("align.py", out, *files, "--head", "1:9", "--output", tmp_path / "x")
     assert bad.returncode == 2 and "heads 1..2" in bad.stderr

@@ -24,7 +24,7 @@ from transformer_mt.model.config import TransformerConfig
 
 __all__ = [
     "AlignConfig",
-    "CheckpointingConfig",
+    "TrainCheckpointsConfig",
     "DataConfig",
     "DecodeConfig",
     "EvaluateConfig",
@@ -297,8 +297,9 @@ class AlignConfig:
 
 
 @dataclass
-class CheckpointingConfig:
-    """Checkpoints written while training: every N minutes and/or N steps, else once per epoch.
+class TrainCheckpointsConfig:
+    """``checkpoint:`` of train.yaml, the checkpoints a run writes: every N minutes and/or N
+    steps, else once per epoch (``EvalCheckpointConfig`` is what evaluation reads).
 
     Each is written to a temporary file and renamed into place, so a crash mid-write never
     leaves a corrupt checkpoint; ``last.ckpt`` always points at the newest.
@@ -329,15 +330,15 @@ class TrainConfig:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     heatmaps: HeatmapConfig = field(default_factory=HeatmapConfig)
     align: AlignConfig = field(default_factory=AlignConfig)
-    checkpoint: CheckpointingConfig = field(default_factory=CheckpointingConfig)
+    checkpoint: TrainCheckpointsConfig = field(default_factory=TrainCheckpointsConfig)
     seed: int = 1234
     output_dir: str = MISSING  # the run directory (Hydra's)
     resume: str | None = None  # a run directory to continue (scripts/train.py resume=<run dir>)
 
 
 @dataclass
-class CheckpointConfig:
-    """Which parameters to evaluate."""
+class EvalCheckpointConfig:
+    """``ckpt:`` of evaluate.yaml, the weights an evaluation reads from a run's checkpoints."""
 
     path: str | None = None  # a .ckpt file; None: the run directory's last.ckpt
     average_last: int = 1  # average the run's last N step checkpoints (5 for base, 20 for big)
@@ -348,7 +349,7 @@ class EvaluateConfig:
     """The primary config of ``scripts/evaluate.py`` (``conf/evaluate.yaml``)."""
 
     run_dir: str = MISSING  # a directory written by scripts/train.py
-    ckpt: CheckpointConfig = field(default_factory=CheckpointConfig)
+    ckpt: EvalCheckpointConfig = field(default_factory=EvalCheckpointConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     split: str = "test"  # train, valid or test of the run's data config
     limit: int | None = None  # the first N sentences only

@@ -31,8 +31,8 @@ from transformer_mt.callbacks import (
 )
 from transformer_mt.config import (
     AlignConfig,
-    CheckpointingConfig,
     DataConfig,
+    TrainCheckpointsConfig,
     TrainerConfig,
     check_keys,
 )
@@ -238,7 +238,7 @@ def build_loggers(names: list[str], out: Path) -> list:
     return loggers
 
 
-def checkpoint_callbacks(cfg: CheckpointingConfig, out: Path) -> list[ModelCheckpoint]:
+def checkpoint_callbacks(cfg: TrainCheckpointsConfig, out: Path) -> list[ModelCheckpoint]:
     """Keep the last ``keep_last`` checkpoints written every N minutes and/or N steps (else per epoch)."""
     common = dict(
         dirpath=out / "checkpoints",

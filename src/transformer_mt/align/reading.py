@@ -26,7 +26,7 @@ from transformer_mt.errors import UserError
 
 MODES = ("causal", "shift", "full")
 # The modes of the readings that scripts/align.py scores and records as a run's best head.
-READING_MODES = {"argmax": "causal", "intersect": "causal", "shift": "shift", "full": "full"}
+READING_MODES = {"argmax": "causal", "shift": "shift", "intersect": "causal", "full": "full"}
 
 
 def resolve_index(number: int, count: int, what: str) -> int:

@@ -81,7 +81,7 @@ def corpus_attention(
 
     Words are the whitespace-separated tokens of each line (gold alignments count them so).
     ``full_context``: the decoder sees the whole target (``capture``), as a head trained
-    with ``align.full_context`` is read.
+    with ``align.mode=full`` is read.
 
     Returns:
         per pair (L, H, W_tgt + 1, W_src + 1): the last row and column are EOS.

@@ -38,7 +38,7 @@ def capture(
         src: (S,) EOS-terminated source ids of one sentence.
         tgt: (T,) EOS-terminated target ids: a reference, or the model's own translation.
         full_context: the decoder sees the whole target (no causal mask), as a head trained
-            with ``align.full_context`` is read; row t still stands for ``tgt[t]``.
+            with ``align.mode=full`` is read; row t still stands for ``tgt[t]``.
 
     Returns:
         maps with batch size 1.
