@@ -133,6 +133,7 @@ def test_a_tiny_model_learns_the_given_alignment_in_its_guided_head(full_context
 
 @pytest.mark.slow  # three Hydra compositions: seconds each
 def test_guided_training_needs_word_links_and_a_real_head(compose_cfg) -> None:
+    from transformer_mt.align.reading import HeadReading
     from transformer_mt.errors import UserError
     from transformer_mt.lit_module import TranslationModule
     from transformer_mt.train import guided_settings
@@ -140,20 +141,14 @@ def test_guided_training_needs_word_links_and_a_real_head(compose_cfg) -> None:
     with pytest.raises(UserError, match="align.guided=true needs word alignments"):
         guided_settings(compose_cfg("align.guided=true"))
     settings = guided_settings(compose_cfg("align.guided=true", "data.alignments=builtin"))
-    assert settings == {
-        "weight": 0.05,
-        "layer": -2,
-        "head": 1,
-        "full_context": False,
-        "shift": False,
-    }
+    assert settings == {"weight": 0.05, "layer": -2, "head": 1, "mode": "causal"}
     cfg = TransformerConfig(n_layers=2, d_model=16, d_ff=32, n_heads=2, vocab_size=20)
     from dataclasses import asdict
 
     from transformer_mt.config import DecodeConfig, OptimConfig
 
     args = (asdict(cfg), asdict(OptimConfig()), asdict(DecodeConfig()))
-    assert TranslationModule(*args, guided=settings).guided["layer"] == 1  # -2 of 2 layers
+    assert TranslationModule(*args, guided=settings).reading == HeadReading(1, 1)  # -2 of 2
     with pytest.raises(UserError, match="heads 1..2"):
         TranslationModule(*args, guided={**settings, "head": 3})
     from omegaconf import OmegaConf

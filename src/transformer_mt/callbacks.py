@@ -180,10 +180,10 @@ class FinalCheckpoint(L.Callback):
 class StepProgressBar(TQDMProgressBar):
     """Lightning's progress bar, with the loss and target tokens/s of the last report.
 
-    The training step logs nothing itself (see ``step_monitor.py``): the bar shows what the module
-    read at its last report, every ``trainer.log_every_n_steps`` steps, so refreshing it every
-    step reads nothing from the device.
+    The training step logs nothing itself (see ``step_monitor.py``): the bar shows what the
+    module's ``StepReporter`` read at its last report, every ``trainer.log_every_n_steps``
+    steps, so refreshing it every step reads nothing from the device.
     """
 
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict:
-        return {**super().get_metrics(trainer, pl_module), **pl_module.progress}
+        return {**super().get_metrics(trainer, pl_module), **pl_module.steps.progress}

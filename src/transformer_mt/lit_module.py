@@ -6,9 +6,7 @@ logging, and validation/test decoding for SacreBLEU. The model knows none of the
 
 from __future__ import annotations
 
-import logging
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import asdict
 
@@ -27,9 +25,7 @@ from transformer_mt.loss import alignment_loss, label_smoothed_nll
 from transformer_mt.metrics import corpus_bleu
 from transformer_mt.model import Transformer
 from transformer_mt.optim import build_optimizer
-from transformer_mt.step_monitor import StepMonitor
-
-log = logging.getLogger(__name__)
+from transformer_mt.step_monitor import StepReporter
 
 
 class TranslationModule(L.LightningModule):
@@ -70,7 +66,8 @@ class TranslationModule(L.LightningModule):
         self.optim_cfg = OptimConfig(**optim)
         self.decode_cfg = DecodeConfig(**decode)
         self.model = Transformer(self.model_cfg)
-        self.on_nonfinite_loss, self.compile_model = on_nonfinite_loss, compile
+        self.compile_model = compile
+        self.steps = StepReporter(on_nonfinite_loss)  # logs and guards the training steps
         self.tokenizer = Tokenizer(tokenizer_path) if tokenizer_path else None
         self.valid_max_sentences = valid_max_sentences
         self.references = dict(references or {})
@@ -84,17 +81,8 @@ class TranslationModule(L.LightningModule):
             self.align_weight = guided["weight"]
         self.gold_sets = list(gold_sets)
         self.batch_in_flight: Batch | None = None  # for error messages (out of memory)
-        self.skipped_steps = 0  # non-finite steps skipped (trainer.on_nonfinite_loss=skip)
         self.validated_at_step: int | None = None  # the step of the last validation
         self._compiled = False
-        self._fit_start = time.perf_counter()
-        self.monitor = (
-            StepMonitor()
-        )  # loss, perplexity, gradient norm, non-finite steps: on the device
-        self._reported_at = -1  # the global step of the last report
-        self._step_lr = 0.0  # the learning rate of the step in flight
-        self._guard_on_device = False  # set by configure_optimizers
-        self.progress: dict[str, str] = {}  # the last report, for the progress bar
         self._outputs: dict[str, dict[int, list[int]]] = {}  # split -> row -> hypothesis ids
         self._nll: dict[str, list] = {}  # split -> [summed NLL, target tokens]
 
@@ -144,111 +132,10 @@ class TranslationModule(L.LightningModule):
         else:
             loss, nll, n_tokens = self._step(batch)
             mean = loss / n_tokens  # per-token mean, as above
-        self._step_lr = self.lr_schedulers().get_last_lr()[0]  # the rate this step trains with
-        if not self._guard_on_device:
-            return self._host_guarded_step(mean, nll, n_tokens, batch, batch_idx)
-        # No host read here: a non-finite loss is recorded on the device; its NaN gradients make
-        # on_before_optimizer_step skip the update on the device, and report() stops or warns.
-        self.monitor.add(
-            mean, nll, n_tokens, self.global_step, self._where(batch, batch_idx), batch.padding
-        )
-        return mean
+        return self.steps.record(self, mean, nll, n_tokens, batch, batch_idx)
 
-    def _where(self, batch: Batch, batch_idx: int) -> str:
-        """The step, epoch, batch and its shape in words (host values only)."""
-        return (
-            f"step {self.global_step} (epoch {self.current_epoch}, batch {batch_idx} of the epoch): "
-            f"{batch.describe()}"
-        )
-
-    def _host_guarded_step(
-        self, mean: Tensor, nll: Tensor, n_tokens: int, batch: Batch, batch_idx: int
-    ) -> Tensor | None:
-        """The guard where the optimizer cannot skip a step on the device: a host read per step."""
-        finite = bool(torch.isfinite(mean))
-        finite = self.trainer.strategy.reduce_boolean_decision(
-            finite, all=True
-        )  # every rank agrees
-        if not finite:
-            self._nonfinite(
-                1, f"non-finite training loss ({float(mean)}) at {self._where(batch, batch_idx)}"
-            )
-            return None  # Lightning runs no backward and no optimizer step for this batch
-        self.monitor.add(mean, nll, n_tokens, self.global_step, "", batch.padding)
-        return mean
-
-    def _nonfinite(self, count: int, what: str) -> None:
-        """Stop, or count and warn, for ``count`` non-finite steps (``what``: the first one)."""
-        if self.on_nonfinite_loss == "stop":
-            raise FloatingPointError(
-                f"{what}. Lower optim.lr_factor, raise optim.warmup, set trainer.gradient_clip_val, "
-                f"or use precision=bf16-mixed instead of 16-mixed; trainer.on_nonfinite_loss=skip "
-                f"skips such steps instead of stopping"
-            )
-        self.skipped_steps += count
-        log.warning("%s: step skipped (%d so far)", what, self.skipped_steps)
-
-    def on_before_optimizer_step(self, optimizer) -> None:
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
-        if not grads:
-            return
-        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))  # total L2 norm
-        self.monitor.grad_norm(norm)
-        if self._guard_on_device:
-            # Gradients are all-reduced by now: every rank takes the same decision, without a
-            # collective or a host read. Adam leaves weights, moments and its step count alone.
-            optimizer.found_inf = torch.isfinite(norm).logical_not().float()
-
-    def on_train_batch_end(self, outputs, batch: Batch, batch_idx: int) -> None:
-        every = self.trainer.log_every_n_steps
-        if self.global_step != self._reported_at and self.global_step % every == 0:
-            self.report()
-
-    def report(self) -> None:
-        """Read the steps since the last report (one host read), log them, and guard."""
-        self._reported_at = self.global_step
-        report = self.monitor.report(self.global_step)
-        if report is None:
-            return
-        if self._guard_on_device and (report.bad_steps or report.bad_grad_steps):
-            # Every rank sees the non-finite gradients, so all stop (or skip) together; the rank
-            # whose loss it was also names the batch.
-            count = max(report.bad_steps, report.bad_grad_steps)
-            what = (
-                f"non-finite training loss ({report.first_bad_loss}) at {report.first_bad_batch}"
-                if report.bad_steps
-                else f"non-finite gradients in {count} step(s) up to step {self.global_step - 1} "
-                f"(another rank's loss under DDP, or an overflow in backward)"
-            )
-            self._nonfinite(count, what)
-        metrics = {
-            "train/loss": report.loss,
-            "train/ppl": report.ppl,
-            "train/tok_s": report.tok_s,
-            "train/lr": self._step_lr,
-            "train/padding": report.padding,
-            "train/grad_norm": report.grad_norm,
-        }
-        if self.skipped_steps:
-            metrics["train/skipped"] = float(self.skipped_steps)
-        self.progress = {"loss": f"{report.loss:.3f}", "tok/s": f"{report.tok_s:,.0f}"}
-        if self.trainer.is_global_zero:  # host floats straight to the loggers: nothing to read back
-            # step: the 0-based index of the last step reported, as Lightning's own logging counts
-            for logger in self.trainer.loggers:
-                logger.log_metrics(
-                    {**metrics, "epoch": self.current_epoch}, step=self.global_step - 1
-                )
-
-    def on_train_epoch_start(self) -> None:
-        self.monitor = StepMonitor()  # throughput restarts with the epoch (no loader wait counted)
-
-    def on_fit_start(self) -> None:
-        self._fit_start = time.perf_counter()
-
-    def on_train_epoch_end(self) -> None:
-        self.report()  # the steps since the last report, and the guard, before validation
-        # Wall-clock minutes since fit started, so curves can be read against time.
-        self.log("time/minutes", (time.perf_counter() - self._fit_start) / 60.0)
+    def configure_callbacks(self) -> list[L.Callback]:
+        return [self.steps]  # the step's logging and non-finite guard
 
     def _eval_step(self, batch: Batch, split: str) -> None:
         loss, nll, n_tokens = self._step(batch)
@@ -334,5 +221,5 @@ class TranslationModule(L.LightningModule):
         )
         # Fused Adam skips a step on the device when told (``found_inf``, as GradScaler does):
         # then the non-finite guard needs no host read; decided once, here, not every step.
-        self._guard_on_device = bool(fused)
+        self.steps.on_device = bool(fused)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
