@@ -20,11 +20,47 @@ SHARED = ROOT.parent / "shared" / "data"  # real corpora beside the checkout, ne
 os.environ.setdefault("TRANSFORMER_MT_DATA", str(SHARED))
 
 
+IN_CI = os.environ.get("CI") == "true"  # .ci/run exports it
+
+
 def needs_shared(folder: Path = SHARED) -> pytest.MarkDecorator:
-    """Skip where ``folder`` (under ../shared/data) is absent, except under CI=true: there it must
-    be present, so the test runs and fails instead of a missing folder passing as green."""
-    missing = not folder.is_dir() and os.environ.get("CI") != "true"
-    return pytest.mark.skipif(missing, reason=f"{folder} is absent (the shared corpora)")
+    """Skip where ``folder`` (under ../shared/data) is absent; under CI=true the skip fails."""
+    return pytest.mark.skipif(
+        not folder.is_dir(), reason=f"{folder} is absent (the shared corpora)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without a CUDA device the gpu tests are deselected (benchmarks/gpu_check.sh runs them),
+    so that a skip in the summary always means something is missing."""
+    if torch.cuda.is_available():
+        return
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if gpu:
+        config.hook.pytest_deselected(items=gpu)
+        items[:] = [item for item in items if item.get_closest_marker("gpu") is None]
+
+
+def _skip_as_failure(report, what: str) -> None:
+    """Under CI=true a skip is a failure, with its reason: CI must run everything but gpu tests."""
+    if not IN_CI or not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = f"{what} skipped under CI=true, where nothing may be: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    outcome = yield
+    if item.get_closest_marker("gpu") is None:
+        _skip_as_failure(outcome.get_result(), item.nodeid)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    outcome = yield  # a module-level importorskip (a missing extra) skips at collection
+    _skip_as_failure(outcome.get_result(), collector.nodeid)
 
 
 register_configs()

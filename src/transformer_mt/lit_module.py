@@ -135,7 +135,9 @@ class TranslationModule(L.LightningModule):
         return self.steps.record(self, mean, nll, n_tokens, batch, batch_idx)
 
     def configure_callbacks(self) -> list[L.Callback]:
-        return [self.steps]  # the step's logging and non-finite guard
+        # the step's logging and non-finite guard, added once (validate/test ask again)
+        attached = self._trainer is not None and self.steps in self._trainer.callbacks
+        return [] if attached else [self.steps]
 
     def _eval_step(self, batch: Batch, split: str) -> None:
         loss, nll, n_tokens = self._step(batch)
