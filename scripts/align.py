@@ -33,7 +33,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from transformer_mt.align.gold import clean_gold, read_gold, read_sentences
+from transformer_mt.align.gold import check_sure, clean_gold, read_gold, read_sentences
 from transformer_mt.align.links import format_pharaoh
 from transformer_mt.align.reading import MODES, BestHead, HeadReading, parse_head
 from transformer_mt.analysis import score_layers
@@ -51,13 +51,13 @@ from transformer_mt.analysis.report import (
     score_readings,
 )
 from transformer_mt.checkpoint import load_model
-from transformer_mt.cli import report_user_errors
+from transformer_mt.cli import ArgumentParser, report_user_errors
 from transformer_mt.errors import UserError
 from transformer_mt.viz.alignment import plot_aer_grid
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
@@ -116,6 +116,7 @@ def load_pairs(args: argparse.Namespace):
         )
         for warning in warnings:
             print(f"warning: {warning}", file=sys.stderr)
+        check_sure(gold, str(args.gold))
     return sources, targets, gold, f"{len(sources)} pairs of {args.src} / {args.tgt}"
 
 

@@ -15,10 +15,12 @@ from pathlib import Path
 import torch
 
 from transformer_mt.checkpoint import average_checkpoints, last_checkpoints
+from transformer_mt.cli import ArgumentParser, report_user_errors
 
 
+@report_user_errors
 def main() -> None:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(

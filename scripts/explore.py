@@ -14,12 +14,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from transformer_mt.cli import report_user_errors
+from transformer_mt.checkpoint import resolve_checkpoint
+from transformer_mt.cli import ArgumentParser, report_user_errors
+from transformer_mt.errors import UserError
 
 
 @report_user_errors
 def main() -> None:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("run_dir", type=Path, help="a run directory from scripts/train.py")
@@ -31,11 +33,12 @@ def main() -> None:
         "--average-last", type=int, default=1, help="average the last N checkpoints"
     )
     args = parser.parse_args()
+    resolve_checkpoint(args.run_dir)  # a wrong run directory is an error here, not a page
     try:
-        from transformer_mt.app.explorer import launch
+        from transformer_mt.app.explorer import launch  # the app extra, loaded lazily
     except ImportError as err:
-        raise SystemExit(
-            f'error: the explorer needs the app extra ({err.name} is missing): pip install -e ".[app]"'
+        raise UserError(
+            f'the explorer needs the app extra ({err.name} is missing): pip install -e ".[app]"'
         ) from None
     launch(args.run_dir, args.port, args.host, args.average_last)
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from transformer_mt.cli import report_user_errors
+from transformer_mt.cli import ArgumentParser, report_user_errors
 from transformer_mt.deploy.ct2 import QUANTIZATIONS, export_ct2
 
 
 @report_user_errors
 def main() -> None:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("run_dir", type=Path, help="a run directory from scripts/train.py")

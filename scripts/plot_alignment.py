@@ -27,7 +27,7 @@ from pathlib import Path
 from transformer_mt.align.reading import MODES, parse_head
 from transformer_mt.analysis.capture import pair_attention
 from transformer_mt.checkpoint import load_model
-from transformer_mt.cli import report_user_errors
+from transformer_mt.cli import ArgumentParser, report_user_errors
 from transformer_mt.decoding import DecodeConfig, translate
 from transformer_mt.errors import UserError
 from transformer_mt.viz.heatmaps import save_pair_heatmaps
@@ -35,7 +35,7 @@ from transformer_mt.viz.heatmaps import save_pair_heatmaps
 
 @report_user_errors
 def main() -> None:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(

@@ -20,8 +20,9 @@ from transformer_mt.align.links import format_pharaoh
 from transformer_mt.align.reading import MODES, parse_head
 from transformer_mt.analysis.alignment import translation_links
 from transformer_mt.checkpoint import load_model
-from transformer_mt.cli import report_user_errors
+from transformer_mt.cli import ArgumentParser, report_user_errors
 from transformer_mt.decoding import DecodeConfig, quantize_for_decoding, translate
+from transformer_mt.errors import UserError
 
 
 def read_lines(path: Path | None) -> list[str]:
@@ -32,7 +33,7 @@ def read_lines(path: Path | None) -> list[str]:
         try:
             lines.append(line.decode("utf-8"))
         except UnicodeDecodeError as err:
-            raise SystemExit(
+            raise UserError(
                 f"{path or 'stdin'}, line {number}: not valid UTF-8 ({err.reason} at byte {err.start}); "
                 "convert the file, e.g. with iconv -f latin1 -t utf-8"
             ) from None
@@ -41,7 +42,7 @@ def read_lines(path: Path | None) -> list[str]:
 
 @report_user_errors
 def main() -> None:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
@@ -126,7 +127,7 @@ def main() -> None:
             model, tokenizer, lines, cfg, n_best=args.n_best, long_inputs=args.long_inputs
         )
     except ValueError as err:
-        raise SystemExit(f"{args.input or 'stdin'}: {err}") from None
+        raise UserError(f"{args.input or 'stdin'}: {err}") from None
     for number, (source, options) in enumerate(zip(lines, results)):
         for option in options:
             text = option.text
@@ -143,8 +144,8 @@ def translate_ct2(args: argparse.Namespace, lines: list[str], cfg: DecodeConfig)
     from transformer_mt.deploy.ct2 import CT2Translator, attention_links
 
     if args.alignments and (args.head != "-1" or args.mode != "causal"):
-        raise SystemExit(
-            "error: --engine ct2 aligns with the last layer's heads averaged only, as the model "
+        raise UserError(
+            "--engine ct2 aligns with the last layer's heads averaged only, as the model "
             "predicts (no --head, no --mode); use --engine torch for those"
         )
     engine = CT2Translator(args.ct2_dir or Path(args.run) / "ct2")

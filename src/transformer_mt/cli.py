@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import functools
 import sys
 from collections.abc import Callable
@@ -12,6 +13,15 @@ from omegaconf.errors import InterpolationResolutionError
 from transformer_mt.errors import UserError
 
 F = TypeVar("F", bound=Callable)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one line, as every other bad input is:
+    ``error: <message> (see <script> --help)`` on stderr, exit status 2."""
+
+    def error(self, message: str):  # argparse calls it for a bad or missing argument
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
 
 
 def report_user_errors(main: F) -> F:

@@ -1,0 +1,253 @@
+"""Every command line's bad input, one contract: exit status 2, one stderr line ``error: ...``
+naming the file, key or value, and no traceback. Bugs keep theirs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from .conftest import ROOT
+
+SCRIPTS = ROOT / "scripts"
+
+
+@pytest.fixture(scope="module")
+def paths(demo_run, tmp_path_factory) -> SimpleNamespace:
+    """A copy of the demo run (nothing recorded for --head best) and the bad inputs."""
+    tmp = tmp_path_factory.mktemp("cli_errors")
+    run = tmp / "run"
+    shutil.copytree(demo_run, run, ignore=shutil.ignore_patterns("align", "ct2", "*.png"))
+    (tmp / "not_a_run").mkdir()
+    (tmp / "src.txt").write_text("el gato negro\nla casa\n", encoding="utf-8")
+    (tmp / "tgt.txt").write_text("the black cat\nthe house\n", encoding="utf-8")
+    (tmp / "empty.wa").write_bytes(b"")
+    (tmp / "latin1.wa").write_bytes("0-0 1-2\n0-0 1\xe9-1\n".encode("latin1"))
+    (tmp / "possible_only.wa").write_text("0p0 1p2\n0p0 1p1\n", encoding="utf-8")
+    # the same run's checkpoint with another d_ff: not the same model
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    ckpt["hyper_parameters"]["model"]["d_ff"] += 1
+    torch.save(ckpt, tmp / "other.ckpt")
+    # an export that exists already
+    (tmp / "ct2_existing").mkdir()
+    (tmp / "ct2_existing" / "model.bin").write_bytes(b"x")
+    return SimpleNamespace(
+        tmp=tmp, run=run, missing=tmp / "no_such_run", not_a_run=tmp / "not_a_run"
+    )
+
+
+def _align_gold(p, gold: str) -> list:
+    return [p.run, "--src", p.tmp / "src.txt", "--tgt", p.tmp / "tgt.txt", "--gold", p.tmp / gold]
+
+
+# id: (script, arguments from the paths, environment changes, what the message must name)
+CASES = {
+    "train resume= a missing directory": (
+        "train.py",
+        lambda p: [f"resume={p.missing}"],
+        {},
+        r"resume=.*no_such_run: no config\.yaml there",
+    ),
+    "train resume= a directory that is not a run": (
+        "train.py",
+        lambda p: [f"resume={p.not_a_run}"],
+        {},
+        r"resume=.*not_a_run: no config\.yaml there",
+    ),
+    "train resume= swapping a config group": (
+        "train.py",
+        lambda p: [f"resume={p.run}", "model=base"],
+        {},
+        r"\['model=base'\] would swap whole config groups",
+    ),
+    "train a recipe without TRANSFORMER_MT_DATA": (
+        "train.py",
+        lambda p: ["experiment=anki_es_en_cpu", f"hydra.run.dir={p.tmp / 'anki'}"],
+        {"TRANSFORMER_MT_DATA": None},
+        r"TRANSFORMER_MT_DATA",
+    ),
+    "evaluate a missing run": (
+        "evaluate.py",
+        lambda p: [f"run_dir={p.missing}", f"hydra.run.dir={p.tmp / 'eval'}"],
+        {},
+        r"no_such_run has no config\.yaml",
+    ),
+    "translate a missing run": (
+        "translate.py",
+        lambda p: [p.missing, "--input", p.tmp / "src.txt"],
+        {},
+        r"no checkpoint at .*no_such_run",
+    ),
+    "translate a missing --input": (
+        "translate.py",
+        lambda p: [p.run, "--input", p.tmp / "nothing.txt"],
+        {},
+        r"nothing\.txt: no such file",
+    ),
+    "translate --n-best over --beam": (
+        "translate.py",
+        lambda p: [p.run, "--beam", "2", "--n-best", "3", "--input", p.tmp / "src.txt"],
+        {},
+        r"--n-best 3 cannot exceed --beam 2",
+    ),
+    "translate --head out of range": (
+        "translate.py",
+        lambda p: [p.run, "--alignments", "--head", "9:1", "--input", p.tmp / "src.txt"],
+        {},
+        r"--head '9:1': layer 9: the model has layers 1\.\.2",
+    ),
+    "translate --head best without a recorded choice": (
+        "translate.py",
+        lambda p: [p.run, "--alignments", "--head", "best", "--input", p.tmp / "src.txt"],
+        {},
+        r"--head best: .*best_head\.json does not exist",
+    ),
+    "align a missing run": (
+        "align.py",
+        lambda p: [p.missing, "--src", p.tmp / "src.txt", "--tgt", p.tmp / "tgt.txt"],
+        {},
+        r"no checkpoint at .*no_such_run",
+    ),
+    "align an empty gold file": (
+        "align.py",
+        lambda p: _align_gold(p, "empty.wa"),
+        {},
+        r"empty\.wa: the gold file is empty",
+    ),
+    "align a gold file that is not UTF-8": (
+        "align.py",
+        lambda p: _align_gold(p, "latin1.wa"),
+        {},
+        r"latin1\.wa: not UTF-8 text",
+    ),
+    "align a gold file without sure links": (
+        "align.py",
+        lambda p: _align_gold(p, "possible_only.wa"),
+        {},
+        r"possible_only\.wa: no sure link in 2 sentence",
+    ),
+    "plot_alignment a missing run": (
+        "plot_alignment.py",
+        lambda p: [p.missing, "--src", "el gato"],
+        {},
+        r"no checkpoint at .*no_such_run",
+    ),
+    "plot_alignment --head best without a recorded choice": (
+        "plot_alignment.py",
+        lambda p: [p.run, "--src", "el gato", "--head", "best", "--out", p.tmp / "plot"],
+        {},
+        r"--head best: .*best_head\.json does not exist",
+    ),
+    "explore a directory that is not a run": (
+        "explore.py",
+        lambda p: [p.not_a_run],
+        {},
+        r"no checkpoint at .*not_a_run",
+    ),
+    "export_ct2 a missing run": (
+        "export_ct2.py",
+        lambda p: [p.missing, "--out", p.tmp / "ct2_new"],
+        {},
+        r"no_such_run",
+    ),
+    "export_ct2 over an existing export without --force": (
+        "export_ct2.py",
+        lambda p: [p.run, "--out", p.tmp / "ct2_existing"],
+        {},
+        r"ct2_existing.* --force",
+    ),
+    "export_ct2 an unknown quantization": (
+        "export_ct2.py",
+        lambda p: [p.run, "--quantization", "int3"],
+        {},
+        r"--quantization: invalid choice: 'int3'",
+    ),
+    "average_checkpoints a missing run": (
+        "average_checkpoints.py",
+        lambda p: [p.missing, "--last", "2"],
+        {},
+        r"--last takes exactly one run directory",
+    ),
+    "average_checkpoints fewer checkpoints than asked": (
+        "average_checkpoints.py",
+        lambda p: [p.run, "--last", "50"],
+        {},
+        r"run has \d+ step checkpoints, fewer than the 50 to average",
+    ),
+    "average_checkpoints a checkpoint of another model": (
+        "average_checkpoints.py",
+        lambda p: [
+            p.run / "checkpoints" / "last.ckpt",
+            p.tmp / "other.ckpt",
+            "--out",
+            p.tmp / "avg.ckpt",
+        ],
+        {},
+        r"other\.ckpt is not the same model as .*last\.ckpt: model\.d_ff: 128 vs 129",
+    ),
+}
+
+
+def _run(script: str, args: list, env_changes: dict) -> subprocess.CompletedProcess:
+    env = {**os.environ}
+    for key, value in env_changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.slow  # one process per bad input
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_line_naming_it(case: str, paths) -> None:
+    import re
+
+    script, args, env_changes, expected = CASES[case]
+    result = _run(script, args(paths), env_changes)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert re.search(expected, lines[0]), lines[0]
+
+
+def test_every_script_is_covered_and_reports_user_errors() -> None:
+    """A script added to scripts/ joins the contract; one without the decorator fails it."""
+    scripts = {path.name for path in SCRIPTS.glob("*.py")}
+    assert scripts == {script for script, *_ in CASES.values()}
+    for name in scripts:
+        assert "@report_user_errors" in (SCRIPTS / name).read_text(), name
+
+
+def test_a_bug_keeps_its_traceback() -> None:
+    """Only bad input is reported in one line: any other exception is a bug and propagates."""
+    from transformer_mt.cli import report_user_errors
+    from transformer_mt.errors import UserError
+
+    @report_user_errors
+    def buggy() -> None:
+        raise KeyError("a bug")
+
+    with pytest.raises(KeyError, match="a bug"):
+        buggy()
+
+    @report_user_errors
+    def bad_input() -> None:
+        raise UserError("x.txt: empty")
+
+    with pytest.raises(SystemExit) as exit_:
+        bad_input()
+    assert exit_.value.code == 2
