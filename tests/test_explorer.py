@@ -378,7 +378,16 @@ def test_the_page_in_headless_chromium(page_url, explorer, tmp_path) -> None:
         time.sleep(1.0)  # let the page's transitions settle: this shot goes into the README
         screenshot = tmp_path / "explorer.png"
         driver.save_screenshot(str(screenshot))
-        assert screenshot.stat().st_size > 10_000
+        # the heatmap's plot area is drawn: many colours, not a blank or uniform patch
+        import io
+
+        from PIL import Image
+
+        plot = Image.open(io.BytesIO(area.screenshot_as_png)).convert("RGB")
+        colours = plot.getcolors(maxcolors=1 << 20) or []
+        assert plot.width > 100 and plot.height > 50 and len(colours) > 20, len(colours)
+        largest = max(count for count, _ in colours) / (plot.width * plot.height)
+        assert largest < 0.9, f"one colour covers {largest:.0%} of the heatmap"
         if os.environ.get("TRANSFORMER_MT_SCREENSHOT"):
             shutil.copy(screenshot, os.environ["TRANSFORMER_MT_SCREENSHOT"])
 
