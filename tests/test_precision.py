@@ -49,3 +49,30 @@ def test_decoding_under_cpu_autocast_stays_finite(tiny_cfg: TransformerConfig) -
     assert logits.dtype == torch.bfloat16 and torch.isfinite(logits).all()
     assert len(greedy) == 2 and all(len(h) <= 4 + 6 for h in greedy)  # |x| + 6 at most
     assert all(math.isfinite(b[0].score) for b in beams)
+
+
+@pytest.mark.slow  # the shared demo run
+def test_bf16_greedy_tokens_agree_with_fp32_on_a_trained_model(demo_run) -> None:
+    """bf16 rounds logits: near ties may flip a token, but most sentences must decode to fp32's
+    tokens exactly. The shared demo model is weak (many near ties): 87% when written; a broken
+    cast or mask would drop it towards 0. The rate is printed."""
+    import json
+
+    from transformer_mt.checkpoint import load_model, run_data_config
+    from transformer_mt.data.sources import demo_files
+    from transformer_mt.model.vocab import EOS_ID, PAD_ID
+
+    model, tokenizer, _ = load_model(demo_run)
+    with open(demo_files(run_data_config(demo_run))["valid"], encoding="utf-8") as f:
+        sources = [json.loads(line)["src"] for line in f][:100]
+    ids = [s + [EOS_ID] for s in tokenizer.encode(sources)]
+    src = torch.nn.utils.rnn.pad_sequence(
+        [torch.tensor(s) for s in ids], batch_first=True, padding_value=PAD_ID
+    )
+    with torch.no_grad():
+        fp32 = greedy_decode(model, src, max_len_b=20)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            bf16 = greedy_decode(model, src, max_len_b=20)
+    same = sum(a == b for a, b in zip(fp32, bf16)) / len(fp32)
+    print(f"bf16 greedy equal to fp32 on {same:.0%} of {len(fp32)} sentences")
+    assert len(fp32) == len(bf16) == 100 and same >= 0.8
