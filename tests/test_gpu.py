@@ -130,3 +130,48 @@ def test_training_steps_with_trainer_gpu(compose_cfg, tmp_path, caplog) -> None:
     assert metrics["test_sentences"] == 50  # the whole test split was decoded on the GPU
     ckpt = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu")
     assert ckpt["global_step"] == 60
+
+
+def test_training_steps_make_no_implicit_synchronisation(compose_cfg, monkeypatch) -> None:
+    """Steps 3..N run under ``torch.cuda.set_sync_debug_mode("error")``: a host read hidden in
+    a library call (``nonzero``, boolean-mask indexing, ``.cpu()``, ``.item()``) inside the
+    forward, loss, backward, guard or optimizer step raises. The mode is lifted around the
+    reports, which read the device once on purpose (``trainer.log_every_n_steps``)."""
+    import lightning as L
+
+    import transformer_mt.train as train
+
+    class SyncDebug(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            if trainer.global_step >= 2:  # after the first steps' allocations and autotuning
+                torch.cuda.set_sync_debug_mode("error")
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            torch.cuda.set_sync_debug_mode("default")  # before the StepReporter's report
+
+    build = train.build_trainer
+
+    def with_sync_debug(cfg, out):
+        trainer = build(cfg, out)
+        trainer.callbacks.insert(0, SyncDebug())
+        return trainer
+
+    monkeypatch.setattr(train, "build_trainer", with_sync_debug)
+    try:
+        metrics = train.run(
+            compose_cfg(
+                "trainer=gpu",
+                "trainer.max_steps=20",
+                "trainer.log_every_n_steps=1000",
+                "trainer.enable_progress_bar=false",
+                "data.train_size=1000",
+                "data.valid_size=20",
+                "data.test_size=20",
+                "data.vocab_size=300",
+                "data.alignments=builtin",
+                "align.guided=true",  # the guided loss's gather is in the step too
+            )
+        )
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert metrics["steps"] == 20
