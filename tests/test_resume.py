@@ -259,6 +259,13 @@ def test_ddp_on_two_cpu_processes_trains_and_resumes(tmp_path) -> None:
     )
     assert second.returncode == 0, second.stderr[-3000:]
     assert torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 6
+    # the same six steps straight: the resumed run's losses are theirs, step for step
+    straight = _train_script(
+        *common, f"hydra.run.dir={tmp_path / 'straight'}", "trainer.max_steps=6"
+    )
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    expected, got = _losses(tmp_path / "straight"), _losses(out)
+    assert max(expected) == 6 and got == expected  # every report, the same loss
 
 
 def test_a_multirun_sweep_writes_one_results_table(tmp_path) -> None:
@@ -294,3 +301,50 @@ def test_a_multirun_sweep_writes_one_results_table(tmp_path) -> None:
     ]
     assert all(float(r["val_ppl"]) > 1 and r["steps"] == "3" for r in rows)
     assert "| job | overrides | parameters |" in (sweep / "results.md").read_text()
+
+
+def _train_script(*args: str, wait: bool = True):
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    command = [sys.executable, str(ROOT / "scripts" / "train.py"), *args]
+    if not wait:
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
+def test_resume_on_the_command_line_after_a_kill_replays_the_losses(tmp_path) -> None:
+    """As a user types it: ``scripts/train.py`` killed (SIGKILL) after its step-20 checkpoint,
+    then ``scripts/train.py resume=<run>``: every step from the checkpoint on has the loss of
+    the same run left alone, and the config comes from the run's config.yaml."""
+    import time
+
+    common = [f"data.cache_dir={tmp_path / 'cache'}", *SMALL, "trainer.max_steps=46"]
+    straight = _train_script(*common, f"hydra.run.dir={tmp_path / 'straight'}")
+    assert straight.returncode == 0, straight.stderr[-3000:]
+
+    killed = tmp_path / "killed"
+    process = _train_script(
+        *common, f"hydra.run.dir={killed}", "checkpoint.every_steps=10", wait=False
+    )
+    started = time.monotonic()
+    while not list((killed / "checkpoints").glob("*step=20*.ckpt")):
+        assert process.poll() is None, "the run ended before its step-20 checkpoint"
+        assert time.monotonic() - started < 300, "no step-20 checkpoint within 5 minutes"
+        time.sleep(0.05)
+    process.kill()
+    process.wait()
+    step = torch.load(killed / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
+    assert 20 <= step < 46  # killed mid-run (23 batches an epoch: mid-epoch 0 or 1)
+
+    resumed = _train_script(f"resume={killed}")  # no other key: all from its config.yaml
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert torch.load(killed / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 46
+    expected, got = _losses(tmp_path / "straight"), _losses(killed)
+    assert sorted(expected) == list(range(1, 47))
+    after = list(range(step + 1, 47))  # the resumed session's steps, all logged
+    assert [got[s] for s in after] == [expected[s] for s in after]
+    # what the killed session had flushed before the kill agrees as well
+    assert all(got[s] == expected[s] for s in range(1, step + 1) if s in got)

@@ -190,6 +190,12 @@ class StepReporter(L.Callback):
     def on_fit_start(self, trainer, pl_module) -> None:
         self._fit_start = time.perf_counter()
 
+    def on_train_start(self, trainer, pl_module) -> None:
+        # A resumed session starts at its checkpoint's step, which the run before reported:
+        # report again only once a step is done, so a report never covers part of a step
+        # (with gradient accumulation) under a step number already logged.
+        self._reported_at = trainer.global_step
+
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self.monitor = StepMonitor()  # throughput restarts with the epoch (no loader wait counted)
 
