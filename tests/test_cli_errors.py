@@ -210,13 +210,26 @@ def _run(script: str, args: list, env_changes: dict) -> subprocess.CompletedProc
     )
 
 
+@pytest.fixture(scope="module")
+def results(paths) -> dict[str, subprocess.CompletedProcess]:
+    """Every case's process, three at a time (each mostly waits on its imports)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {
+            case: pool.submit(_run, script, args(paths), env)
+            for case, (script, args, env, _) in CASES.items()
+        }
+        return {case: future.result() for case, future in futures.items()}
+
+
 @pytest.mark.slow  # one process per bad input
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_input_is_one_line_naming_it(case: str, paths) -> None:
+def test_bad_input_is_one_line_naming_it(case: str, results) -> None:
     import re
 
-    script, args, env_changes, expected = CASES[case]
-    result = _run(script, args(paths), env_changes)
+    expected = CASES[case][-1]
+    result = results[case]
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
