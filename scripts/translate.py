@@ -22,6 +22,7 @@ from transformer_mt.analysis.alignment import translation_links
 from transformer_mt.checkpoint import load_model
 from transformer_mt.cli import ArgumentParser, report_user_errors
 from transformer_mt.decoding import DecodeConfig, quantize_for_decoding, translate
+from transformer_mt.deploy.ct2 import CT2Translator, attention_links
 from transformer_mt.errors import UserError
 
 
@@ -141,8 +142,6 @@ def main() -> None:
 def translate_ct2(args: argparse.Namespace, lines: list[str], cfg: DecodeConfig) -> None:
     """The same output from CTranslate2; --alignments from the attention it returns (its last
     layer, heads averaged: --head is not available there)."""
-    from transformer_mt.deploy.ct2 import CT2Translator, attention_links
-
     if args.alignments and (args.head != "-1" or args.mode != "causal"):
         raise UserError(
             "--engine ct2 aligns with the last layer's heads averaged only, as the model "
