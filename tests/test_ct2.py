@@ -130,11 +130,12 @@ def test_exported_demo_model_translates_and_scores_as_ours(demo_run, tmp_path) -
     ours = {d.beam_size: translate(model, tokenizer, sources, d) for d in (greedy, beam)}
     theirs = {d.beam_size: fp32.translate(sources, d) for d in (greedy, beam)}
     bleu = {k: corpus_bleu([t[0].text for t in v], refs).score for k, v in ours.items()}
+    # a model that translates (52 BLEU when written), so agreeing with it means something
+    assert min(bleu.values()) >= 40, bleu
     # greedy: identical on every sentence; beam 4: on at least 99%
     assert [o[0].tokens for o in ours[1]] == [t[0].tokens for t in theirs[1]]
     same = sum(o[0].tokens == t[0].tokens for o, t in zip(ours[4], theirs[4]))
     assert same >= 0.99 * len(sources), f"beam 4: {same}/{len(sources)} identical"
-    assert any(o[0].tokens for o in ours[4])  # not a model that only writes EOS
     for k in (1, 4):
         exported = corpus_bleu([t[0].text for t in theirs[k]], refs).score
         assert abs(exported - bleu[k]) <= 0.1
