@@ -40,7 +40,7 @@ from machine import describe  # benchmarks/machine.py
 
 from transformer_mt.align.eflomal import align_corpus
 from transformer_mt.align.gold import GoldSet, load_gold_set
-from transformer_mt.align.links import corpus_scores, read_pharaoh, symmetrize
+from transformer_mt.align.links import corpus_scores, read_pharaoh, scores_by_length, symmetrize
 from transformer_mt.align.reading import HeadReading, guided_reading
 from transformer_mt.analysis import corpus_attention, score_layers
 from transformer_mt.analysis.report import CorpusAttention, reading_name, score_head_grids
@@ -100,9 +100,6 @@ def run_eflomal(gold: GoldSet, train_src: list[str], train_tgt: list[str], cache
     return read_links(paths["forward"])[:n], read_links(paths["reverse"])[:n], seconds
 
 
-LENGTHS = ((1, 10), (11, 20), (21, 30), (31, 10_000))  # source words, for --by-length
-
-
 def guided_head(run: Path, model) -> HeadReading | None:
     """The head a run trained with align.guided, read as trained; else None."""
     return guided_reading(run, model.cfg.n_layers, model.cfg.n_heads)
@@ -110,14 +107,8 @@ def guided_head(run: Path, model) -> HeadReading | None:
 
 def by_length(links: list, gold: GoldSet) -> str:
     """AER per bucket of source length, as ``  1-10: 0.123 (n 40)`` pieces."""
-    parts = []
-    for low, high in LENGTHS:
-        picked = [n for n, s in enumerate(gold.sources) if low <= len(s.split()) <= high]
-        if picked:
-            aer, _, _ = corpus_scores([links[n] for n in picked], [gold.gold[n] for n in picked])
-            name = f"{low}-{high}" if high < 10_000 else f">{low - 1}"
-            parts.append(f"{name}: {aer:.3f} (n {len(picked)})")
-    return "; ".join(parts)
+    buckets = scores_by_length(links, gold.gold, [len(s.split()) for s in gold.sources])
+    return "; ".join(f"{name}: {aer:.3f} (n {n})" for name, (aer, _, _, n) in buckets.items())
 
 
 def teacher_agreement(run: Path, n: int, seed: int = 0) -> tuple[int, float, float, float] | None:

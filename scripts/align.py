@@ -44,6 +44,7 @@ from transformer_mt.analysis.report import (
     best_head,
     best_reading,
     demo_pairs,
+    format_by_length,
     format_grid,
     format_table,
     pick_layer,
@@ -133,6 +134,7 @@ def main() -> None:
     if gold is not None:
         name, best = best_reading(rows)
         print(f"best layer: {best.layer} ({name}), AER {best.aer:.3f}")
+        print(f"  by source length (words): {format_by_length(best.links, gold, sources)}")
         best_head = head_grid(attention, gold, save_dir(args), what)
     if args.output is not None:
         chosen, reading = output_links(args, attention, gold, best_head)
@@ -140,6 +142,10 @@ def main() -> None:
             "".join(format_pharaoh(ls) + "\n" for ls in chosen.links), encoding="utf-8"
         )
         print(f"wrote {args.output}: layer:head {chosen.name}, {args.method}, {reading.mode}")
+        if gold is not None:
+            print(
+                f"  AER {chosen.aer:.3f}; by source length: {format_by_length(chosen.links, gold, sources)}"
+            )
 
 
 def output_links(args: argparse.Namespace, attention: CorpusAttention, gold, best: BestHead | None):

@@ -331,3 +331,22 @@ def test_a_gold_set_that_cannot_score_is_refused(tmp_path, content, message) -> 
     with pytest.raises(UserError, match=message) as err:
         load_gold_set("mine", spec, "es", "en")
     assert "g.wa" in str(err.value)
+
+
+def test_aer_by_source_length_buckets_hand_computed() -> None:
+    from transformer_mt.align.links import scores_by_length
+
+    sources = [3, 15, 40, 12]  # words per source sentence
+    gold = [
+        ({(0, 0)}, {(0, 0)}),
+        ({(1, 1)}, {(1, 1)}),
+        ({(2, 2)}, {(2, 2)}),
+        (set(), {(0, 1)}),  # possible links only: counted in its bucket's sentences, no sure link
+    ]
+    links = [{(0, 0)}, {(0, 0)}, {(2, 2), (3, 3)}, set()]
+    buckets = scores_by_length(links, gold, sources)
+    assert list(buckets) == ["1-10", "11-20", ">30"]  # no sentence of 21-30 words
+    assert buckets["1-10"] == (0.0, 1.0, 1.0, 1)
+    assert buckets["11-20"] == (1.0, 0.0, 0.0, 2)  # sentences 2 and 4
+    aer, precision, recall, n = buckets[">30"]
+    assert (aer, precision, recall, n) == (pytest.approx(1 / 3), 0.5, 1.0, 1)  # 1 - 2/3

@@ -113,6 +113,8 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     assert metrics["steps"] == 2
     logged = (next(out.rglob("metrics.csv"))).read_text()
     assert "val/aer_tiny" in logged and "train/align_kl" in logged
+    # the guided head's AER by source length (both gold sentences have 2-3 words)
+    assert "val/aer_tiny_len1_10" in logged and "val/aer_tiny_len11_20" not in logged
     # the run ends with the AER of its final weights, printed and in metrics.json
     rows = [r for r in csv.DictReader(logged.splitlines()) if r.get("val/aer_tiny")]
     aer = metrics["aer"]["tiny"]
@@ -435,6 +437,7 @@ def test_align_cli_scores_files_and_writes_pharaoh(small_run, tmp_path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "argmax AER/P/R" in result.stdout
+    assert "by source length (words): 1-10: " in result.stdout and "(2)" in result.stdout
     # the best layer line names the reading with the lowest AER in the table's row
     header, row = result.stdout.splitlines()[1:3]
     names = [n.split()[-1] for n in header.split(" AER/P/R")[:-1]]

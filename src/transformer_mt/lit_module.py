@@ -210,6 +210,9 @@ class TranslationModule(L.LightningModule):
                 self.log(f"val/aer_{gold.name}", scores["head"], prog_bar=True)
             self.log(f"val/aer_{gold.name}_best_layer", scores["best_layer_aer"])
             self.log(f"val/aer_{gold.name}_which_layer", scores["best_layer"])
+            for bucket, aer in scores["by_length"].items():  # 1-10 -> len1_10, >30 -> lenover30
+                key = bucket.replace(">", "over").replace("-", "_")
+                self.log(f"val/aer_{gold.name}_len{key}", aer)
 
     def on_test_epoch_end(self) -> None:
         self._log_bleu("test", "test")

@@ -156,3 +156,29 @@ def drop_outside(
             dropped[n] = bad
         cleaned.append((sure - bad, possible - bad))
     return cleaned, dropped
+
+
+# Source-length buckets (words) that reports break AER down by: gold sets of long sentences are
+# where an aligner trained on short pairs loses most.
+LENGTH_BUCKETS = ((1, 10), (11, 20), (21, 30), (31, None))
+
+
+def bucket_name(low: int, high: int | None) -> str:
+    """``1-10`` ... ``>30``."""
+    return f"{low}-{high}" if high is not None else f">{low - 1}"
+
+
+def scores_by_length(
+    links: list[Links], gold: Gold, source_lengths: list[int]
+) -> dict[str, tuple[float, float, float, int]]:
+    """``corpus_scores`` per source-length bucket: {name: (AER, P, R, sentences)}.
+
+    Buckets without a sentence, or without a sure link, are left out.
+    """
+    out = {}
+    for low, high in LENGTH_BUCKETS:
+        picked = [n for n, length in enumerate(source_lengths) if low <= length <= (high or length)]
+        if any(gold[n][0] for n in picked):
+            scores = corpus_scores([links[n] for n in picked], [gold[n] for n in picked])
+            out[bucket_name(low, high)] = (*scores, len(picked))
+    return out

@@ -16,7 +16,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from transformer_mt.align.gold import GoldSet
-from transformer_mt.align.links import Gold, Links, corpus_scores
+from transformer_mt.align.links import Gold, Links, corpus_scores, scores_by_length
 from transformer_mt.align.reading import HeadReading
 from transformer_mt.analysis.capture import pair_attention
 from transformer_mt.analysis.stats import coverage, row_entropy, with_temperature
@@ -214,12 +214,14 @@ def gold_aer(
     predicts (causal), the head in its own reading.
 
     Returns:
-        ``{"head": ..., "best_layer": ..., "best_layer_aer": ...}`` (no "head" without one).
+        ``{"head": ..., "best_layer": ..., "best_layer_aer": ...}`` (no "head" without one), and
+        ``"by_length"``: {source-length bucket: AER} of the head, else of the best layer.
     """
     attention = corpus_attention(model, tokenizer, gold.sources, gold.targets)
     means = score_layers(attention, gold.gold)
     best = min(means, key=lambda s: s.aer)
     out = {"best_layer": float(best.layer), "best_layer_aer": best.aer}
+    links = best.links
     if reading is not None:
         if reading.full_context:
             attention = corpus_attention(
@@ -227,4 +229,8 @@ def gold_aer(
             )
         links = [hard_alignment(head_rows(words, reading)[:, :-1]) for words in attention]
         out["head"] = corpus_scores(links, gold.gold)[0]
+    lengths = [len(s.split()) for s in gold.sources]
+    out["by_length"] = {
+        name: aer for name, (aer, *_) in scores_by_length(links, gold.gold, lengths).items()
+    }
     return out

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from transformer_mt.align.links import Gold, read_pharaoh
+from transformer_mt.align.links import Gold, read_pharaoh, scores_by_length
 from transformer_mt.align.reading import READING_MODES, BestHead, HeadReading
 from transformer_mt.analysis.alignment import (
     LayerScores,
@@ -143,3 +143,9 @@ def best_head(grids: dict[str, list[list[LayerScores]]]) -> BestHead:
 def aer_grids(grids: dict[str, list[list[LayerScores]]]) -> dict[str, list[list[float]]]:
     """The AER of every reading, layer and head, rounded, as ``BestHead.save`` records them."""
     return {name: [[round(s.aer, 4) for s in row] for row in grid] for name, grid in grids.items()}
+
+
+def format_by_length(links: list, gold: Gold, sources: list[str]) -> str:
+    """AER (sentences) per source-length bucket, as ``1-10: 0.123 (40)  11-20: ...``."""
+    buckets = scores_by_length(links, gold, [len(s.split()) for s in sources])
+    return "  ".join(f"{name}: {aer:.3f} ({n})" for name, (aer, _, _, n) in buckets.items())

@@ -57,11 +57,12 @@ def read_metrics(path: str | Path) -> dict[str, list[tuple[int, float]]]:
 
 def plot_curves(series: dict[str, list[tuple[int, float]]]) -> Figure:
     """Loss, perplexity, BLEU, learning rate, gradient norm and padding against the optimizer step;
-    with gold alignments scored while training (``align.gold``), their AER in a seventh panel."""
-    aer = tuple(
-        sorted(n for n in series if n.startswith("val/aer_") and not n.endswith("which_layer"))
-    )
-    panels = PANELS + ((aer,) if aer else ())
+    with gold alignments scored while training (``align.gold``), their AER in a seventh panel and
+    the guided head's (else the best layer's) AER by source length in an eighth."""
+    scored = sorted(n for n in series if n.startswith("val/aer_") and not n.endswith("which_layer"))
+    aer = tuple(n for n in scored if "_len" not in n)
+    by_length = tuple(n for n in scored if "_len" in n)  # the guided head (else best layer)
+    panels = PANELS + tuple(p for p in (aer, by_length) if p)
     rows = -(-len(panels) // 3)
     fig = Figure(figsize=(4.2 * 3, 3.4 * rows))  # no pyplot: no global state, any backend
     axes = fig.subplots(rows, 3).flatten()
@@ -75,7 +76,8 @@ def plot_curves(series: dict[str, list[tuple[int, float]]]) -> Figure:
                     steps, values, marker="o" if name.startswith("val") else None, ms=3, label=name
                 )
         ax.set_xlabel("step")
-        ax.set_title("alignment error rate" if names is aer else " / ".join(names), fontsize=10)
+        titles = {aer: "alignment error rate", by_length: "AER by source length (words)"}
+        ax.set_title(titles.get(names, " / ".join(names)), fontsize=10)
         if names[0].endswith("ppl"):
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
