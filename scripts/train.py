@@ -13,7 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_mt.cli import report_user_errors
-from transformer_mt.config import TrainConfig, register_configs
+from transformer_mt.config import TrainConfig, register_configs, upgrade_saved_config
 from transformer_mt.errors import UserError
 from transformer_mt.train import run
 
@@ -36,7 +36,8 @@ def resumed_config(run_dir: str, overrides: list[str]) -> DictConfig:
             f"e.g. trainer.max_steps=200000)"
         )
     schema = OmegaConf.structured(TrainConfig)  # types and keys checked as on a fresh run
-    cfg = OmegaConf.merge(schema, OmegaConf.load(saved), OmegaConf.from_dotlist(changes))
+    loaded = upgrade_saved_config(OmegaConf.load(saved))  # a run saved before align.mode too
+    cfg = OmegaConf.merge(schema, loaded, OmegaConf.from_dotlist(changes))
     cfg.resume = str(run_dir)
     return cfg
 

@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from transformer_mt.align.eflomal import EFLOMAL_LINKS
-from transformer_mt.align.reading import MODES
+from transformer_mt.align.reading import MODES, legacy_mode
 from transformer_mt.decoding.config import DecodeConfig
 from transformer_mt.errors import UserError
 from transformer_mt.model.config import TransformerConfig
@@ -374,6 +374,17 @@ def check_keys(cfg: DictConfig, schema: type = None, prefix: str = "") -> None:
         child = OmegaConf.get_type(cfg, key)
         if child is not None and is_dataclass(child) and isinstance(cfg[key], DictConfig):
             check_keys(cfg[key], child, f"{prefix}{key}.")
+
+
+def upgrade_saved_config(saved: DictConfig) -> DictConfig:
+    """A run's ``config.yaml`` in today's keys, in place: one saved before ``align.mode`` had
+    ``align.shift`` / ``align.full_context`` flags instead (``resume=`` of such a run)."""
+    align = saved.get("align")
+    if align is not None and "mode" not in align:
+        align.mode = legacy_mode(align)
+        for old in ("shift", "full_context"):
+            align.pop(old, None)
+    return saved
 
 
 def run_average_last(run_dir: str) -> int:

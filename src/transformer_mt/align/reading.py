@@ -105,12 +105,12 @@ def guided_reading(run_dir: Path, n_layers: int, n_heads: int) -> HeadReading | 
     saved = {
         "layer": align.layer,
         "head": align.head,
-        "mode": align.get("mode") or _legacy_mode(align),
+        "mode": align.get("mode") or legacy_mode(align),
     }
     return HeadReading.from_config(saved, n_layers, n_heads)
 
 
-def _legacy_mode(align) -> str:
+def legacy_mode(align) -> str:
     """The mode of a run saved before ``align.mode``, from its two flags."""
     if align.get("shift", False):
         return "shift"
