@@ -40,10 +40,15 @@ from machine import describe  # benchmarks/machine.py
 
 from transformer_mt.align.eflomal import align_corpus
 from transformer_mt.align.gold import GoldSet, load_gold_set
-from transformer_mt.align.links import corpus_scores, read_pharaoh, scores_by_length, symmetrize
+from transformer_mt.align.links import corpus_scores, read_pharaoh, symmetrize
 from transformer_mt.align.reading import HeadReading, guided_reading
 from transformer_mt.analysis import corpus_attention, score_layers
-from transformer_mt.analysis.report import CorpusAttention, reading_name, score_head_grids
+from transformer_mt.analysis.report import (
+    CorpusAttention,
+    format_by_length,
+    reading_name,
+    score_head_grids,
+)
 from transformer_mt.checkpoint import load_model, run_data_config
 from transformer_mt.data.sources import load_corpus
 
@@ -94,7 +99,7 @@ def run_eflomal(gold: GoldSet, train_src: list[str], train_tgt: list[str], cache
     tgt = gold.targets + [t for _, t in kept]
     key = hashlib.sha1("\n".join(src + ["\t"] + tgt).encode()).hexdigest()[:16]
     started = time.perf_counter()
-    paths = align_corpus(src, tgt, cache / "alignments", f"benchmark_{key}")
+    paths = align_corpus(lambda: (src, tgt), cache / "alignments", f"benchmark_{key}")
     seconds = time.perf_counter() - started
     n = len(gold)
     return read_links(paths["forward"])[:n], read_links(paths["reverse"])[:n], seconds
@@ -103,12 +108,6 @@ def run_eflomal(gold: GoldSet, train_src: list[str], train_tgt: list[str], cache
 def guided_head(run: Path, model) -> HeadReading | None:
     """The head a run trained with align.guided, read as trained; else None."""
     return guided_reading(run, model.cfg.n_layers, model.cfg.n_heads)
-
-
-def by_length(links: list, gold: GoldSet) -> str:
-    """AER per bucket of source length, as ``  1-10: 0.123 (n 40)`` pieces."""
-    buckets = scores_by_length(links, gold.gold, [len(s.split()) for s in gold.sources])
-    return "; ".join(f"{name}: {aer:.3f} (n {n})" for name, (aer, _, _, n) in buckets.items())
 
 
 def teacher_agreement(run: Path, n: int, seed: int = 0) -> tuple[int, float, float, float] | None:
@@ -274,7 +273,7 @@ def main() -> None:
         if args.by_length:
             print(f"\nAER by source length (words) on {gold.name}:")
             for label, links in picked:
-                print(f"  {label}: {by_length(links, gold)}")
+                print(f"  {label}: {format_by_length(links, gold.gold, gold.sources)}")
         # how closely each head follows eflomal, the teacher of a guided head, on these pairs
         teacher = [(links, links) for links in symmetric]
         print(f"\nagainst eflomal grow-diag-final-and as if it were the gold, on {gold.name}:")

@@ -155,12 +155,11 @@ def score_layers(
     for layer in range(n_layers):
         links, entropies, uniforms, uncovered, n_src = [], [], [], 0, 0
         by_tau: dict[float, list[Tensor]] = {t: [] for t in temperatures}
+        reading = HeadReading(layer + 1, head, mode)
         for words in attention:
             picked = words[layer] if head is None else words[layer, head - 1 : head]
             heads = picked[:, :-1, :]  # (H, W_tgt, W_src + 1): target words' rows
-            rows = picked[:, 1:, :] if mode == "shift" else heads
-            mean = rows.mean(dim=0)[:, :-1]  # heads averaged, EOS column dropped
-            links.append(hard_alignment(mean, method))
+            links.append(hard_alignment(head_rows(words, reading)[:, :-1], method))
             entropies.append(row_entropy(heads).flatten())
             uniforms.append(torch.full((heads[0].size(0),), math.log(heads.size(-1))))
             for tau in temperatures:

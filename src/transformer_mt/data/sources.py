@@ -205,7 +205,7 @@ def _with_alignment_file(train: Dataset, cfg: DataConfig, path: str | None = Non
 def _with_eflomal(train: Dataset, cfg: DataConfig) -> Dataset:
     """The training split with eflomal's links (``data.eflomal_links``), aligned once per split."""
     paths = align_corpus(
-        train["src"], train["tgt"], Path(cfg.cache_dir) / "alignments", train._fingerprint
+        lambda: (train["src"], train["tgt"]), Path(cfg.cache_dir) / "alignments", train._fingerprint
     )
     return _with_alignment_file(train, cfg, str(paths[cfg.eflomal_links]))
 
