@@ -337,7 +337,9 @@ def test_resume_on_the_command_line_after_a_kill_replays_the_losses(tmp_path) ->
     process.kill()
     process.wait()
     step = torch.load(killed / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
-    assert 20 <= step < 46  # killed mid-run (23 batches an epoch: mid-epoch 0 or 1)
+    # killed mid-run, past step 20: last.ckpt is step 20's, or step 10's if the kill came
+    # between writing the step file and last.ckpt (each written whole, by rename)
+    assert step in (10, 20, 30, 40), step
 
     resumed = _train_script(f"resume={killed}")  # no other key: all from its config.yaml
     assert resumed.returncode == 0, resumed.stderr[-3000:]
