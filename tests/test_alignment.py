@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from transformer_mt.align.extract import hard_alignment
 from transformer_mt.align.gold import read_gold
 from transformer_mt.align.links import (
     alignment_error_rate,
@@ -19,7 +20,6 @@ from transformer_mt.align.links import (
 )
 from transformer_mt.analysis import (
     coverage,
-    hard_alignment,
     row_entropy,
     score_layers,
     with_temperature,

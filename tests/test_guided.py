@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from transformer_mt import Transformer, TransformerConfig
+from transformer_mt.align.extract import hard_alignment
 from transformer_mt.align.links import alignment_error_rate
 from transformer_mt.align.pieces import piece_links, piece_words
-from transformer_mt.analysis import hard_alignment
 from transformer_mt.data.batching import collate
 from transformer_mt.data.supervision import supervision
 from transformer_mt.loss import alignment_loss, label_smoothed_nll

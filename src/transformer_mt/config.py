@@ -24,6 +24,7 @@ from transformer_mt.model.config import TransformerConfig
 
 __all__ = [
     "AlignConfig",
+    "ConcatConfig",
     "TrainCheckpointsConfig",
     "DataConfig",
     "DecodeConfig",
@@ -88,6 +89,23 @@ class GoldSetConfig:
 
 
 @dataclass
+class ConcatConfig:
+    """Training examples made by joining training pairs (``data.concat``; data/concat.py)."""
+
+    share: float = 0.0  # joined examples added per training pair: 0 none, 0.1 one per ten pairs
+    max_parts: int = 5  # each joins 2..max_parts random training pairs (fewer if over max_len)
+    boundary: str = "eos"  # between parts: "eos" (each keeps its EOS) or "none" (pieces joined)
+
+    def __post_init__(self) -> None:
+        if self.share < 0:
+            raise UserError(f"data.concat.share must be 0 or more, got {self.share}")
+        if self.max_parts < 2:
+            raise UserError(f"data.concat.max_parts must be 2 or more, got {self.max_parts}")
+        if self.boundary not in ("eos", "none"):
+            raise UserError(f"data.concat.boundary must be 'eos' or 'none', got {self.boundary!r}")
+
+
+@dataclass
 class DataConfig:
     """A parallel corpus, its tokenizer and its batching; presets in ``conf/data``."""
 
@@ -132,6 +150,8 @@ class DataConfig:
     # text (not the links) of word-alignment gold sets, which an unsupervised aligner such as
     # eflomal is given too. Per name, a gold set as in align.gold (recipes: ${align.gold}).
     extra_train: dict[str, Any] = field(default_factory=dict)  # name -> GoldSetConfig
+    # Long training examples joined from 2..N training pairs (long-sentence alignment, data/concat.py)
+    concat: ConcatConfig = field(default_factory=ConcatConfig)
     train_subset: int | None = None  # keep N training pairs
     subset_strategy: str = "first"  # "first" N, or a seeded "random" N
     vocab_size: int = 1_000  # joint SentencePiece BPE vocabulary

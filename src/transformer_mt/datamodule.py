@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import logging
+
 import lightning as L
+import numpy as np
 import torch
 from datasets import DatasetDict
 from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader
 
+from transformer_mt.align.pieces import word_starts
 from transformer_mt.config import DataConfig
 from transformer_mt.data.batching import TokenBatchSampler, TokenRows, collate_columns
+from transformer_mt.data.concat import join_pairs, length_histogram, source_word_lengths
 from transformer_mt.data.sources import load_corpus
 from transformer_mt.data.tokenize import tokenize, train_tokenizer
 from transformer_mt.data.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
 
 
 class TranslationDataModule(L.LightningDataModule):
@@ -27,6 +34,8 @@ class TranslationDataModule(L.LightningDataModule):
         self.splits: DatasetDict | None = None
         self.train_sampler: TokenBatchSampler | None = None  # the current epoch plan's owner
         self._resume_at: tuple[int, int] | None = None  # (epoch, batches done) to skip
+        # data.concat: source lengths in words of the training pairs, and with the joined ones
+        self.source_lengths: dict[str, np.ndarray] = {}
 
     def prepare_data(self) -> None:
         """Generate or load the corpus, train SentencePiece and tokenize: all cached for later runs."""
@@ -41,6 +50,25 @@ class TranslationDataModule(L.LightningDataModule):
         self.text = load_corpus(self.cfg)
         self.tokenizer = train_tokenizer(self.text, self.cfg)
         self.splits = tokenize(self.text, self.tokenizer, self.cfg)
+        if self.cfg.concat.share > 0:
+            self._join_training_pairs()
+
+    def _join_training_pairs(self) -> None:
+        """Append ``data.concat``'s joined examples to training; log the source lengths before
+        and after (words, the gold sets' buckets)."""
+        train = self.splits["train"]
+        starts = word_starts(self.tokenizer.sp)
+        joined = join_pairs(train, self.cfg.concat, self.cfg.max_len, self.seed)
+        self.splits["train"] = joined
+        self.source_lengths = {
+            "training pairs": source_word_lengths(train, starts),
+            "with joined examples": source_word_lengths(joined, starts),
+        }
+        for name, lengths in self.source_lengths.items():
+            shares = ", ".join(f"{k} {v:.1%}" for k, v in length_histogram(lengths).items())
+            log.info(
+                "source lengths (words) of the %s: mean %.1f; %s", name, lengths.mean(), shares
+            )
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         rows = TokenRows(self.splits[split])

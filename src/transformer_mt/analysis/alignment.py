@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
+from transformer_mt.align.extract import ARGMAX, Extraction
 from transformer_mt.align.gold import GoldSet
 from transformer_mt.align.links import Gold, Links, corpus_scores, scores_by_length
 from transformer_mt.align.reading import HeadReading
@@ -23,33 +24,20 @@ from transformer_mt.analysis.stats import coverage, row_entropy, with_temperatur
 from transformer_mt.model import Transformer
 
 
-def hard_alignment(weights: Tensor, method: str = "argmax") -> Links:
-    """Word links read from one attention matrix.
-
-    Args:
-        weights: (W_tgt, W_src) word-level attention.
-        method: ``argmax``: one link per target word, to its most attended source word
-            (target->source); ``intersect``: only the links that are also the source word's
-            most attending target word (source->target), fewer links and higher precision.
-    """
-    rows = {(int(i), j) for j, i in enumerate(weights.argmax(dim=-1).tolist())}
-    if method == "argmax":
-        return rows
-    if method == "intersect":
-        columns = {(i, int(j)) for i, j in enumerate(weights.argmax(dim=-2).tolist())}
-        return rows & columns
-    raise ValueError(f"unknown alignment method {method!r}: use argmax or intersect")
-
-
 def translation_links(
-    model: Transformer, tokenizer, src_ids: list[int], tgt_ids: list[int], reading: HeadReading
+    model: Transformer,
+    tokenizer,
+    src_ids: list[int],
+    tgt_ids: list[int],
+    reading: HeadReading,
+    extraction: Extraction = ARGMAX,
 ) -> Links:
-    """Word links of a translation (piece ids, no EOS): the argmax rows of ``reading``'s head.
+    """Word links of a translation (piece ids, no EOS): ``reading``'s head read by ``extraction``.
 
     The EOS row and column are left out, so every link joins two real words.
     """
     pair = pair_attention(model, tokenizer, src_ids, tgt_ids, full_context=reading.full_context)
-    return hard_alignment(head_rows(pair.words("cross"), reading)[:, :-1])
+    return extraction.links(head_rows(pair.words("cross"), reading)[:, :-1])
 
 
 def head_rows(words: Tensor, reading: HeadReading) -> Tensor:
@@ -131,7 +119,7 @@ class LayerScores:
 def score_layers(
     attention: list[Tensor],
     gold: Gold | None = None,
-    method: str = "argmax",
+    method: str | Extraction = "argmax",
     mode: str = "causal",
     temperatures: tuple[float, ...] = (0.5, 2.0),
     head: int | None = None,
@@ -141,7 +129,7 @@ def score_layers(
     Args:
         attention: ``corpus_attention`` output.
         gold: (sure, possible) per pair, or None to align without scoring.
-        method: ``hard_alignment`` method.
+        method: an ``Extraction`` or its method (``transformer_mt.align.extract``).
         mode: a ``HeadReading`` mode; ``shift`` reads target word j from the row where it is
             the decoder's *input* (the next row; Chen et al. 2020) instead of the row that
             produces it (``full`` attention is captured so by ``corpus_attention``).
@@ -151,6 +139,7 @@ def score_layers(
     if gold is not None and len(gold) != len(attention):
         raise ValueError(f"{len(gold)} gold lines for {len(attention)} sentence pairs")
     n_layers = attention[0].size(0) if attention else 0
+    extraction = method if isinstance(method, Extraction) else Extraction(method)
     scores = []
     for layer in range(n_layers):
         links, entropies, uniforms, uncovered, n_src = [], [], [], 0, 0
@@ -159,7 +148,7 @@ def score_layers(
         for words in attention:
             picked = words[layer] if head is None else words[layer, head - 1 : head]
             heads = picked[:, :-1, :]  # (H, W_tgt, W_src + 1): target words' rows
-            links.append(hard_alignment(head_rows(words, reading)[:, :-1], method))
+            links.append(extraction.links(head_rows(words, reading)[:, :-1]))
             entropies.append(row_entropy(heads).flatten())
             uniforms.append(torch.full((heads[0].size(0),), math.log(heads.size(-1))))
             for tau in temperatures:
@@ -190,7 +179,7 @@ def score_layers(
 def score_heads(
     attention: list[Tensor],
     gold: Gold | None = None,
-    method: str = "argmax",
+    method: str | Extraction = "argmax",
     mode: str = "causal",
 ) -> list[list[LayerScores]]:
     """``score_layers`` for every head alone and for the mean: per layer, H + 1 entries.
@@ -205,9 +194,14 @@ def score_heads(
 
 
 def gold_aer(
-    model: Transformer, tokenizer, gold: GoldSet, reading: HeadReading | None = None
+    model: Transformer,
+    tokenizer,
+    gold: GoldSet,
+    reading: HeadReading | None = None,
+    extraction: Extraction = ARGMAX,
 ) -> dict[str, float]:
-    """AER (argmax) of one head and of the best layer's heads averaged, as training logs it.
+    """AER of one head (read by ``extraction``) and of the best layer's heads averaged
+    (argmax), as training logs it.
 
     The model is put in eval mode by the caller; the layers' means are read as the model
     predicts (causal), the head in its own reading.
@@ -226,7 +220,7 @@ def gold_aer(
             attention = corpus_attention(
                 model, tokenizer, gold.sources, gold.targets, full_context=True
             )
-        links = [hard_alignment(head_rows(words, reading)[:, :-1]) for words in attention]
+        links = [extraction.links(head_rows(words, reading)[:, :-1]) for words in attention]
         out["head"] = corpus_scores(links, gold.gold)[0]
     lengths = [len(s.split()) for s in gold.sources]
     out["by_length"] = {

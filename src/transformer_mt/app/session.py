@@ -14,8 +14,8 @@ from pathlib import Path
 
 from torch import Tensor
 
+from transformer_mt.align.extract import hard_alignment
 from transformer_mt.align.reading import HeadReading, guided_reading
-from transformer_mt.analysis.alignment import hard_alignment
 from transformer_mt.analysis.capture import PairAttention, pair_attention
 from transformer_mt.checkpoint import load_model, run_data_config
 from transformer_mt.data.files import open_text

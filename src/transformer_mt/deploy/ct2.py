@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from transformer_mt.analysis.alignment import hard_alignment
+from transformer_mt.align.extract import hard_alignment
 from transformer_mt.analysis.capture import to_words, word_groups
 from transformer_mt.checkpoint import load_model
 from transformer_mt.data.tokenizer import Tokenizer

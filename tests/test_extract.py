@@ -1,0 +1,137 @@
+"""Reading links from one soft matrix: the four methods on hand-made matrices, and tuning."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from transformer_mt.align.extract import (
+    EXTRACTIONS,
+    Extraction,
+    hard_alignment,
+    save_tuned,
+    teacher_rows,
+    tune,
+)
+from transformer_mt.align.links import symmetrize
+from transformer_mt.errors import UserError
+
+# Rows: target words 0..3; columns: source words 0..3. Target 1 is spread over sources 1 and 2
+# (a one-to-many link); target 3 attends nowhere in particular (an unaligned word).
+W = torch.tensor(
+    [
+        [0.90, 0.05, 0.03, 0.02],
+        [0.02, 0.48, 0.46, 0.04],
+        [0.05, 0.10, 0.05, 0.80],
+        [0.30, 0.25, 0.25, 0.20],
+    ]
+)
+
+
+def test_argmax_gives_every_target_word_exactly_one_link():
+    assert hard_alignment(W, "argmax") == {(0, 0), (1, 1), (3, 2), (0, 3)}
+
+
+def test_intersect_keeps_argmaxes_that_are_their_columns_argmax_too():
+    # column 0's largest is row 0, so (0, 3) goes; column 2's largest is row 1, not an argmax
+    assert hard_alignment(W, "intersect") == {(0, 0), (1, 1), (3, 2)}
+
+
+@pytest.mark.parametrize(
+    "tau, expected",
+    [
+        (0.4, {(0, 0), (1, 1), (2, 1), (3, 2)}),  # target 1 two links, target 3 none
+        (0.85, {(0, 0)}),
+        (0.26, {(0, 0), (1, 1), (2, 1), (3, 2), (0, 3)}),
+        (0.95, set()),
+    ],
+)
+def test_threshold_gives_zero_one_or_several_links_per_target_word(tau, expected):
+    assert hard_alignment(W, "threshold", tau) == expected
+
+
+def test_grow_diag_grows_the_intersection_to_neighbouring_union_links():
+    # rows: (0,0) (1,1) (3,2) (0,3); columns: (0,0) (1,1) (2,1) (3,2). Intersection
+    # (0,0) (1,1) (3,2); (2,1) neighbours (1,1) and source 2 is unaligned: grown. (0,3): final-and
+    # needs both words unaligned, target 3 is, source 0 is not: left out.
+    assert hard_alignment(W, "grow-diag", 0.0) == {(0, 0), (1, 1), (2, 1), (3, 2)}
+    assert hard_alignment(W, "grow-diag", 0.0) == symmetrize(
+        hard_alignment(W, "argmax"), {(0, 0), (1, 1), (2, 1), (3, 2)}
+    )
+    # tau 0.5 drops the weak argmaxes: (1,1) 0.48 and (2,1) 0.46 in both directions
+    assert hard_alignment(W, "grow-diag", 0.5) == {(0, 0), (3, 2)}
+
+
+def test_every_method_on_an_empty_matrix_gives_no_link():
+    for method in EXTRACTIONS:
+        assert hard_alignment(torch.zeros(0, 3), method) == set()
+
+
+def test_bad_methods_and_parameters_are_named():
+    with pytest.raises(ValueError, match="unknown alignment method 'max'"):
+        hard_alignment(W, "max")
+    with pytest.raises(ValueError, match="argmax takes no parameter"):
+        hard_alignment(W, "argmax", 0.2)
+    with pytest.raises(UserError, match="argmax takes no threshold"):
+        Extraction("argmax", 0.3)
+    with pytest.raises(UserError, match="choose one of argmax, intersect, threshold, grow-diag"):
+        Extraction("soft")
+    with pytest.raises(UserError, match="attention weights are 0..1"):
+        Extraction("threshold", 2.0)
+
+
+def test_an_explicit_threshold_wins_then_the_runs_tuned_one_then_the_default(tmp_path):
+    assert Extraction.for_run("threshold", None, tmp_path).name == "threshold 0.3"
+    save_tuned(tmp_path / "align", {"threshold": 0.15}, "dev.tsv", {})
+    tuned = Extraction.for_run("threshold", None, tmp_path)
+    assert (tuned.tau, tuned.source) == (0.15, "tuned on dev.tsv")
+    assert Extraction.for_run("threshold", 0.5, tmp_path).tau == 0.5
+    assert Extraction.for_run("grow-diag", None, tmp_path).source == "default"
+    assert Extraction.for_run("argmax", None, tmp_path).tau is None
+
+
+def test_tuning_picks_the_dev_sets_best_value_from_the_dev_gold_alone():
+    # the dev gold wants target 1's two links and nothing for target 3: only 0.26 < tau <= 0.46 does
+    sure = {(0, 0), (1, 1), (2, 1), (3, 2)}
+    best, table = tune([W], [(sure, sure)], "threshold", grid=(0.15, 0.31, 0.47, 0.6))
+    assert best == 0.31
+    # AER = 1 - 2|A & S| / (|A| + |S|): 0.15 adds target 3's four cells; 0.47 loses (2,1)
+    expected = [1 - 8 / 12, 0.0, 1 - 6 / 7, 1 - 4 / 6]
+    assert [aer for _, aer, _, _ in table] == pytest.approx(expected)
+
+
+def test_tune_reads_nothing_but_what_it_is_given(monkeypatch):
+    """The parameter is a function of the dev matrices and dev gold: no file is opened."""
+
+    def no_files(*args, **kwargs):
+        raise AssertionError("tune opened a file")
+
+    monkeypatch.setattr("builtins.open", no_files)
+    sure = {(0, 0), (1, 1), (3, 2)}
+    assert tune([W], [(sure, sure)], "grow-diag")[0] in (
+        0.0,
+        0.02,
+        0.05,
+        0.1,
+        0.15,
+        0.2,
+        0.25,
+        0.3,
+        0.4,
+    )
+
+
+def test_teacher_rows_read_back_give_the_teachers_links_where_each_method_can():
+    links = {(0, 0), (1, 1), (2, 1), (3, 2)}  # target 1 one-to-many, target 3 unaligned
+    rows = teacher_rows(links, n_tgt=4, n_src=4)
+    assert rows.sum(dim=-1).tolist() == [1.0, 1.0, 1.0, 0.0]
+    assert hard_alignment(rows, "threshold", 0.5) == links
+    assert hard_alignment(rows, "argmax") == {(0, 0), (1, 1), (3, 2), (0, 3)}  # one per row
+
+
+def test_saved_record_names_what_it_was_tuned_on(tmp_path):
+    path = save_tuned(tmp_path, {"threshold": 0.2}, "xlwa dev.tsv", {"threshold": [[0.2, 0.3]]})
+    record = json.loads(path.read_text())
+    assert record["tuned_on"] == "xlwa dev.tsv" and record["parameters"] == {"threshold": 0.2}
