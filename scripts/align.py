@@ -23,8 +23,27 @@ to ``best_head.json`` in ``--save-dir`` (default: ``RUN_DIR/align``), where
 
 ``--output`` writes the alignment of one layer (``--layer``), or of one head (``--head L:H``,
 ``--head best``), in Pharaoh format, 0-indexed ``source-target``, one line per pair; by default
-the best layer against the gold, else the last. ``--mode shift|full`` reads it one row later or
-from the full-context attention (``--head best`` and ``--head guided`` bring their own).
+the guided head of a run trained with ``align.guided``, else the best layer against the gold,
+else the last. ``--mode shift|full`` reads it one row later or from the full-context attention
+(``--head best`` and ``--head guided`` bring their own).
+
+``--method`` says how that head's weights become links: ``argmax`` (one link per target word),
+``intersect``, ``threshold`` (every weight of at least tau: zero, one or several links per
+target word) or ``grow-diag`` (grow-diag-final-and of the row and column argmaxes of at least
+tau). Choose tau on a development set, never on the test set:
+
+    # tune on XL-WA dev, then score and write the test set with the tuned threshold
+    python scripts/align.py RUN --head guided --tune-on xlwa:$DATA/word_alignment_gold_esen_xlwa/orig/dev.tsv
+    python scripts/align.py RUN --head guided --method threshold --src ... --tgt ... --gold ... --output out.align
+
+``--tune-on`` records tau in ``RUN_DIR/align/extraction.json``; ``--method`` then uses it
+(``--threshold`` overrides it), as does ``translate.py --alignments``. With gold, every method
+is scored on the written head.
+
+``--reverse-run RUN_EN_ES`` adds a model trained the other way: its head (the same ``--head``,
+resolved in that run) aligns the same pairs turned round, and the two directions are
+symmetrized (``--symmetrize grow-diag-final-and`` or ``intersect``); ``--output`` then writes
+the symmetrized links.
 """
 
 from __future__ import annotations
@@ -33,10 +52,35 @@ import argparse
 import sys
 from pathlib import Path
 
-from transformer_mt.align.gold import check_sure, clean_gold, read_gold, read_sentences
-from transformer_mt.align.links import format_pharaoh
-from transformer_mt.align.reading import MODES, BestHead, HeadReading, parse_head
-from transformer_mt.analysis import score_layers
+from transformer_mt.align.extract import (
+    EXTRACTIONS,
+    TUNING_GRID,
+    Extraction,
+    save_tuned,
+    tune,
+)
+from transformer_mt.align.gold import (
+    check_sure,
+    clean_gold,
+    load_gold_set,
+    read_gold,
+    read_sentences,
+)
+from transformer_mt.align.links import (
+    corpus_scores,
+    format_pharaoh,
+    swap,
+    symmetrize,
+)
+from transformer_mt.align.reading import (
+    MODES,
+    BestHead,
+    HeadReading,
+    guided_reading,
+    parse_head,
+    run_folder,
+)
+from transformer_mt.analysis import head_rows, score_layers
 from transformer_mt.analysis.report import (
     CorpusAttention,
     aer_grids,
@@ -51,8 +95,9 @@ from transformer_mt.analysis.report import (
     score_head_grids,
     score_readings,
 )
-from transformer_mt.checkpoint import load_model
+from transformer_mt.checkpoint import load_model, run_data_config
 from transformer_mt.cli import ArgumentParser, report_user_errors
+from transformer_mt.config import GoldSetConfig
 from transformer_mt.errors import UserError
 from transformer_mt.viz.alignment import plot_aer_grid
 
@@ -83,7 +128,35 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--save-dir", type=Path, help="where the head grid goes (default: RUN_DIR/align)"
     )
-    parser.add_argument("--method", default="argmax", choices=["argmax", "intersect"])
+    parser.add_argument(
+        "--method",
+        default="argmax",
+        choices=EXTRACTIONS,
+        help="how the head's weights become links (default argmax: one per target word)",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        help="tau of --method threshold / grow-diag (default: the run's tuned value, else "
+        "0.3 / 0.0)",
+    )
+    parser.add_argument(
+        "--tune-on",
+        metavar="FORMAT:PATH",
+        help="choose tau of threshold and grow-diag on this development gold set (xlwa:FILE.tsv "
+        "or graca:FOLDER) and record it for the run",
+    )
+    parser.add_argument(
+        "--reverse-run",
+        type=Path,
+        help="a run trained the other way: its links are symmetrized with this run's",
+    )
+    parser.add_argument(
+        "--symmetrize",
+        default="grow-diag-final-and",
+        choices=["grow-diag-final-and", "intersect"],
+        help="how --reverse-run's links are combined (default grow-diag-final-and)",
+    )
     parser.add_argument(
         "--mode",
         default="causal",
@@ -99,6 +172,13 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if (args.src is None) != (args.tgt is None):
         parser.error("--src and --tgt go together")
+    if args.tune_on is not None:
+        fmt, sep, path = args.tune_on.partition(":")
+        if not sep or fmt not in ("xlwa", "graca") or not path:
+            parser.error(
+                f"--tune-on {args.tune_on!r}: expected xlwa:FILE.tsv or graca:FOLDER (a development "
+                f"gold set; never the test set you report)"
+            )
     return args
 
 
@@ -124,6 +204,9 @@ def load_pairs(args: argparse.Namespace):
 @report_user_errors
 def main() -> None:
     args = parse_args()
+    Extraction.for_run(args.method, args.threshold)  # a bad --threshold fails before any work
+    if args.reverse_run is not None:
+        check_reverse(args.run_dir, args.reverse_run)
     sources, targets, gold, what = load_pairs(args)
     model, tokenizer, checkpoints = load_model(args.run_dir, average_last=args.average_last)
     print(f"{what}; model {', '.join(p.name for p in checkpoints)}; heads averaged")
@@ -136,33 +219,142 @@ def main() -> None:
         print(f"best layer: {best.layer} ({name}), AER {best.aer:.3f}")
         print(f"  by source length (words): {format_by_length(best.links, gold, sources)}")
         best_head = head_grid(attention, gold, save_dir(args), what)
+    if args.tune_on is not None:
+        tune_extraction(args, model, tokenizer)
+    extraction = Extraction.for_run(args.method, args.threshold, save_dir(args))
+    if args.output is None and args.reverse_run is None and gold is None:
+        return
+    chosen, reading = output_links(args, args.run_dir, attention, gold, best_head, extraction)
+    print(
+        f"\nlinks of {chosen.name} ({reading.mode}) read by {extraction.name}"
+        f"{f' ({extraction.source})' if extraction.source not in ('', 'default') else ''}"
+    )
+    links = chosen.links
+    if gold is not None:
+        compare_methods(attention, gold, reading, save_dir(args), sources)
+    if args.reverse_run is not None:
+        links = both_directions(args, links, sources, targets, gold, extraction)
     if args.output is not None:
-        chosen, reading = output_links(args, attention, gold, best_head)
-        args.output.write_text(
-            "".join(format_pharaoh(ls) + "\n" for ls in chosen.links), encoding="utf-8"
-        )
-        print(f"wrote {args.output}: layer:head {chosen.name}, {args.method}, {reading.mode}")
-        if gold is not None:
-            print(
-                f"  AER {chosen.aer:.3f}; by source length: {format_by_length(chosen.links, gold, sources)}"
-            )
+        args.output.write_text("".join(format_pharaoh(ls) + "\n" for ls in links), encoding="utf-8")
+        print(f"wrote {args.output}")
+    if gold is not None and args.reverse_run is None:
+        print(f"  AER {chosen.aer:.3f}; by source length: {format_by_length(links, gold, sources)}")
 
 
-def output_links(args: argparse.Namespace, attention: CorpusAttention, gold, best: BestHead | None):
-    """The layer (or head) ``--output`` writes, scored, and the ``HeadReading`` it was read in."""
+def output_links(
+    args: argparse.Namespace,
+    run_dir: Path,
+    attention: CorpusAttention,
+    gold,
+    best: BestHead | None,
+    extraction: Extraction,
+):
+    """The layer (or head) ``--output`` writes, its links read by ``extraction`` and scored,
+    and the ``HeadReading`` it was read in."""
     n_layers, n_heads = attention.causal[0].shape[:2]
     if args.head == "best" and best is not None:  # the head just chosen against --gold
         reading = best.head_reading
     elif args.head is not None or args.layer is not None:
         text = args.head if args.head is not None else str(args.layer)
-        reading = parse_head(text, n_layers, n_heads, run_dir=args.run_dir, mode=args.mode)
+        reading = parse_head(text, n_layers, n_heads, run_dir=run_dir, mode=args.mode)
+    elif (guided := guided_reading(run_dir, n_layers, n_heads)) is not None:
+        reading = guided  # the head the run was trained to align with
     else:  # the best layer against the gold, else the last
         read = attention.full if args.mode == "full" else attention.causal
-        chosen = pick_layer(score_layers(read, gold, args.method, args.mode))
-        return chosen, HeadReading(chosen.layer, None, args.mode)
+        chosen = pick_layer(score_layers(read, gold, "argmax", args.mode))
+        reading = HeadReading(chosen.layer, None, args.mode)
     read = attention.full if reading.full_context else attention.causal
-    chosen = score_layers(read, gold, args.method, reading.mode, head=reading.head)
+    chosen = score_layers(read, gold, extraction, reading.mode, head=reading.head)
     return chosen[reading.layer - 1], reading
+
+
+def matrices(attention: CorpusAttention, reading: HeadReading) -> list:
+    """Per pair, the (W_tgt, W_src) word matrix ``reading`` reads (EOS row and column out)."""
+    read = attention.full if reading.full_context else attention.causal
+    return [head_rows(words, reading)[:, :-1] for words in read]
+
+
+def compare_methods(attention: CorpusAttention, gold, reading: HeadReading, folder: Path, sources):
+    """Every extraction method on one head, against the gold (tau: tuned for the run, else
+    the default)."""
+    rows = matrices(attention, reading)
+    print(f"{'method':<22} {'AER':>6} {'P':>6} {'R':>6}  by source length")
+    for method in EXTRACTIONS:
+        extraction = Extraction.for_run(method, None, folder)
+        links = [extraction.links(m) for m in rows]
+        aer, p, r = corpus_scores(links, gold)
+        print(
+            f"{extraction.name:<22} {aer:6.3f} {p:6.3f} {r:6.3f}  "
+            f"{format_by_length(links, gold, sources)}"
+        )
+
+
+def tune_extraction(args: argparse.Namespace, model, tokenizer) -> None:
+    """Choose tau of every method that has one on ``--tune-on``'s pairs alone; record it."""
+    fmt, _, path = args.tune_on.partition(":")
+    data = run_data_config(run_folder(args.run_dir))
+    spec = GoldSetConfig(format=fmt, path=path)
+    dev, dropped = load_gold_set(Path(path).stem, spec, data.src_lang, data.tgt_lang).foldable(
+        tokenizer
+    )
+    attention = attend_corpus(model, tokenizer, dev.sources, dev.targets)
+    if args.head is None and args.layer is None:
+        n_layers, n_heads = attention.causal[0].shape[:2]
+        if guided_reading(args.run_dir, n_layers, n_heads) is None:
+            raise UserError(
+                "--tune-on: name the head to tune for with --head L:H, --head best or --layer L "
+                "(a run without align.guided has no head of its own)"
+            )
+    _, reading = output_links(args, args.run_dir, attention, dev.gold, None, Extraction())
+    rows = matrices(attention, reading)
+    chosen, tables = {}, {}
+    print(
+        f"\ntuning on {args.tune_on} ({len(dev)} pairs{f', {dropped} left out' if dropped else ''}), {reading.name}:"
+    )
+    for method in TUNING_GRID:
+        chosen[method], tables[method] = tune(rows, dev.gold, method)
+        cells = "  ".join(f"{tau:g}: {aer:.3f}" for tau, aer, _, _ in tables[method])
+        print(f"  {method} AER by tau: {cells}\n    chosen {chosen[method]:g}")
+    where = save_tuned(save_dir(args), chosen, f"{args.tune_on} ({reading.name})", tables)
+    print(f"wrote {where}")
+
+
+def check_reverse(run_dir: Path, reverse_run: Path) -> None:
+    """``--reverse-run`` must translate the other way."""
+    ours, theirs = run_data_config(run_folder(run_dir)), run_data_config(run_folder(reverse_run))
+    if (theirs.src_lang, theirs.tgt_lang) != (ours.tgt_lang, ours.src_lang):
+        raise UserError(
+            f"--reverse-run {reverse_run} translates {theirs.src_lang}->{theirs.tgt_lang}; "
+            f"{run_dir} translates {ours.src_lang}->{ours.tgt_lang}: it must be "
+            f"{ours.tgt_lang}->{ours.src_lang}"
+        )
+
+
+def both_directions(args, forward: list, sources, targets, gold, extraction: Extraction) -> list:
+    """``--reverse-run``: its head's links of the pairs turned round, symmetrized with
+    ``forward``; with gold, each direction and both combinations scored."""
+    model, tokenizer, _ = load_model(args.reverse_run, average_last=args.average_last)
+    attention = attend_corpus(model, tokenizer, targets, sources)
+    reverse_gold = swap(gold) if gold is not None else None
+    chosen, reading = output_links(
+        args, args.reverse_run, attention, reverse_gold, None, extraction
+    )
+    backward = [{(i, j) for j, i in links} for links in chosen.links]  # back to source-target
+    print(f"reverse run: links of {chosen.name} ({reading.mode}) read by {extraction.name}")
+    combined = [symmetrize(f, b, args.symmetrize) for f, b in zip(forward, backward)]
+    if gold is not None:
+        rows = [("forward", forward), ("reverse", backward)]
+        rows += [
+            (m, [symmetrize(f, b, m) for f, b in zip(forward, backward)])
+            for m in ("intersect", "grow-diag-final-and")
+        ]
+        print(f"{'direction':<22} {'AER':>6} {'P':>6} {'R':>6}  by source length")
+        for name, links in rows:
+            aer, p, r = corpus_scores(links, gold)
+            print(
+                f"{name:<22} {aer:6.3f} {p:6.3f} {r:6.3f}  {format_by_length(links, gold, sources)}"
+            )
+    return combined
 
 
 def save_dir(args: argparse.Namespace) -> Path:

@@ -7,7 +7,8 @@ Empty lines give empty lines, so the output always has as many lines as the inpu
 --n-best, whose lines read ``line ||| translation ||| score``). With --alignments each
 translation is followed by ``||| i-j ...``: source word i aligned to target word j, read from the
 last decoder layer's cross-attention, heads averaged, or from the head ``--head`` names (``L:H``,
-``L``, or ``best``: the one ``scripts/align.py`` found best against a gold set).
+``L``, or ``best``: the one ``scripts/align.py`` found best against a gold set), one link per
+target word (``--method argmax``), or as ``--method intersect|threshold|grow-diag`` reads it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from transformer_mt.align.extract import EXTRACTIONS, Extraction, record_folder
 from transformer_mt.align.links import format_pharaoh
 from transformer_mt.align.reading import MODES, parse_head
 from transformer_mt.analysis.alignment import translation_links
@@ -104,6 +106,15 @@ def main() -> None:
         "word), shift (the row where it is the input) or full (with the whole translation as "
         "context); best and guided bring their own",
     )
+    parser.add_argument(
+        "--method",
+        default="argmax",
+        choices=EXTRACTIONS,
+        help="how --alignments reads the head's weights: argmax (one link per target word), "
+        "intersect, threshold or grow-diag (tau: --threshold, else the run's tuned value from "
+        "scripts/align.py --tune-on, else the default)",
+    )
+    parser.add_argument("--threshold", type=float, help="tau of --method threshold / grow-diag")
     args = parser.parse_args()
     if args.n_best > args.beam:
         parser.error(f"--n-best {args.n_best} cannot exceed --beam {args.beam}")
@@ -122,6 +133,7 @@ def main() -> None:
     reading = parse_head(
         args.head, model.cfg.n_layers, model.cfg.n_heads, run_dir=args.run, mode=args.mode
     )
+    extraction = Extraction.for_run(args.method, args.threshold, record_folder(args.run))
     model = quantize_for_decoding(model, args.quantize)
     try:
         results = translate(
@@ -134,7 +146,9 @@ def main() -> None:
             text = option.text
             if args.alignments and option.tokens:
                 src_ids = tokenizer.encode([source])[0][: model.cfg.max_positions - 1]
-                links = translation_links(model, tokenizer, src_ids, option.tokens, reading)
+                links = translation_links(
+                    model, tokenizer, src_ids, option.tokens, reading, extraction
+                )
                 text += " ||| " + format_pharaoh(links)
             print(f"{number} ||| {text} ||| {option.score:.4f}" if args.n_best > 1 else text)
 
@@ -142,10 +156,10 @@ def main() -> None:
 def translate_ct2(args: argparse.Namespace, lines: list[str], cfg: DecodeConfig) -> None:
     """The same output from CTranslate2; --alignments from the attention it returns (its last
     layer, heads averaged: --head is not available there)."""
-    if args.alignments and (args.head != "-1" or args.mode != "causal"):
+    if args.alignments and (args.head != "-1" or args.mode != "causal" or args.method != "argmax"):
         raise UserError(
             "--engine ct2 aligns with the last layer's heads averaged only, as the model "
-            "predicts (no --head, no --mode); use --engine torch for those"
+            "predicts, by argmax (no --head, --mode or --method); use --engine torch for those"
         )
     engine = CT2Translator(args.ct2_dir or Path(args.run) / "ct2")
     found = engine.translate(lines, cfg, args.n_best, args.long_inputs, attention=args.alignments)

@@ -107,6 +107,30 @@ CASES = {
         {},
         r"--head best: .*best_head\.json does not exist",
     ),
+    "translate --threshold with argmax": (
+        "translate.py",
+        lambda p: [p.run, "--alignments", "--threshold", "0.2", "--input", p.tmp / "src.txt"],
+        {},
+        r"alignment method argmax takes no threshold; it is for threshold and grow-diag",
+    ),
+    "align --tune-on without a format": (
+        "align.py",
+        lambda p: [p.run, "--tune-on", p.tmp / "dev.tsv"],
+        {},
+        r"--tune-on .*dev\.tsv.*: expected xlwa:FILE\.tsv or graca:FOLDER",
+    ),
+    "align --reverse-run translating the same way": (
+        "align.py",
+        lambda p: [p.run, "--limit", "5", "--layer", "1", "--reverse-run", p.run],
+        {},
+        r"--reverse-run .*run translates es->en; .*run translates es->en: it must be en->es",
+    ),
+    "align --threshold out of range": (
+        "align.py",
+        lambda p: [p.run, "--limit", "5", "--method", "threshold", "--threshold", "1.5"],
+        {},
+        r"alignment threshold 1\.5: attention weights are 0\.\.1",
+    ),
     "align a missing run": (
         "align.py",
         lambda p: [p.missing, "--src", p.tmp / "src.txt", "--tgt", p.tmp / "tgt.txt"],

@@ -440,3 +440,22 @@ def test_the_page_in_headless_chromium(page_url, explorer, tmp_path) -> None:
         )  # generous: shared CI machines; measured figures in docs
     finally:
         driver.quit()
+
+
+def test_hard_alignment_view_reads_links_by_the_chosen_method(explorer) -> None:
+    from transformer_mt.align.extract import EXTRACTIONS, Extraction, record_folder
+    from transformer_mt.app.session import EXTRACTION_TITLES
+
+    src_ids, hyps = explorer.given(SOURCE, "the black cat sleeps at home")
+    pair = explorer.attention(src_ids, hyps[0])
+    cross = pair.words("cross")[1, 2][:-1, :-1]  # layer 2, head 3; no EOS row or column
+    drawn = {}
+    for method in EXTRACTIONS:
+        _, lines, _ = explorer.figures(pair, "cross", 2, 3, "words", "as decoded", method)
+        assert EXTRACTION_TITLES[method] in lines.layout.title.text
+        got = sorted((t.x[0], t.x[1]) for t in lines.data if t.mode == "lines")
+        expected = Extraction.for_run(method, None, record_folder(explorer.run_dir)).links(cross)
+        assert got == sorted((float(i), float(j)) for i, j in expected)
+        drawn[method] = got
+    assert set(drawn["intersect"]) <= set(drawn["argmax"])
+    assert len({tuple(v) for v in drawn.values()}) > 1  # the methods do differ on this pair

@@ -11,6 +11,7 @@ from transformer_mt.align.extract import (
     EXTRACTIONS,
     Extraction,
     hard_alignment,
+    record_folder,
     save_tuned,
     teacher_rows,
     tune,
@@ -83,13 +84,15 @@ def test_bad_methods_and_parameters_are_named():
 
 
 def test_an_explicit_threshold_wins_then_the_runs_tuned_one_then_the_default(tmp_path):
-    assert Extraction.for_run("threshold", None, tmp_path).name == "threshold 0.3"
-    save_tuned(tmp_path / "align", {"threshold": 0.15}, "dev.tsv", {})
-    tuned = Extraction.for_run("threshold", None, tmp_path)
+    folder = record_folder(tmp_path / "checkpoints" / "last.ckpt")  # a checkpoint's run
+    assert folder == tmp_path / "align"
+    assert Extraction.for_run("threshold", None, folder).name == "threshold 0.3"
+    save_tuned(folder, {"threshold": 0.15}, "dev.tsv", {})
+    tuned = Extraction.for_run("threshold", None, folder)
     assert (tuned.tau, tuned.source) == (0.15, "tuned on dev.tsv")
-    assert Extraction.for_run("threshold", 0.5, tmp_path).tau == 0.5
-    assert Extraction.for_run("grow-diag", None, tmp_path).source == "default"
-    assert Extraction.for_run("argmax", None, tmp_path).tau is None
+    assert Extraction.for_run("threshold", 0.5, folder).tau == 0.5
+    assert Extraction.for_run("grow-diag", None, folder).source == "default"
+    assert Extraction.for_run("argmax", None, folder).tau is None
 
 
 def test_tuning_picks_the_dev_sets_best_value_from_the_dev_gold_alone():
@@ -135,3 +138,13 @@ def test_saved_record_names_what_it_was_tuned_on(tmp_path):
     path = save_tuned(tmp_path, {"threshold": 0.2}, "xlwa dev.tsv", {"threshold": [[0.2, 0.3]]})
     record = json.loads(path.read_text())
     assert record["tuned_on"] == "xlwa dev.tsv" and record["parameters"] == {"threshold": 0.2}
+
+
+def test_align_config_names_a_bad_extraction():
+    from transformer_mt.config import AlignConfig
+
+    assert AlignConfig(extract="threshold", threshold=0.2).extraction.name == "threshold 0.2"
+    with pytest.raises(UserError, match="align.extract=soft / align.threshold: alignment method"):
+        AlignConfig(extract="soft")
+    with pytest.raises(UserError, match="align.extract=argmax .* takes no threshold"):
+        AlignConfig(threshold=0.2)

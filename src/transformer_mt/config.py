@@ -17,6 +17,7 @@ from typing import Any
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from transformer_mt.align.eflomal import EFLOMAL_LINKS
+from transformer_mt.align.extract import Extraction
 from transformer_mt.align.reading import MODES, legacy_mode
 from transformer_mt.decoding.config import DecodeConfig
 from transformer_mt.errors import UserError
@@ -304,6 +305,11 @@ class AlignConfig:
     # al. 2020), at no extra cost; full, j's row in a second pass without the causal mask (Garg
     # et al.'s full context, fairseq's --full-context-alignment), one more pass up to align.layer.
     mode: str = "causal"
+    # How the guided head's rows become links for validation AER (transformer_mt.align.extract):
+    # argmax, intersect, threshold or grow-diag; threshold: their tau (null: the method's
+    # default). Choose tau on a development gold set: scripts/align.py RUN --tune-on ...
+    extract: str = "argmax"
+    threshold: float | None = None
     gold: dict[str, Any] = field(default_factory=dict)  # name -> GoldSetConfig: AER at validations
 
     def __post_init__(self) -> None:
@@ -314,6 +320,14 @@ class AlignConfig:
             raise UserError(f"align.head is 1-based, got {self.head}")
         if self.mode not in MODES:
             raise UserError(f"align.mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        try:
+            Extraction(self.extract, self.threshold)
+        except UserError as err:
+            raise UserError(f"align.extract={self.extract} / align.threshold: {err}") from None
+
+    @property
+    def extraction(self) -> Extraction:
+        return Extraction(self.extract, self.threshold, "align.threshold")
 
 
 @dataclass

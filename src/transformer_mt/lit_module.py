@@ -14,6 +14,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from transformer_mt.align.extract import ARGMAX, Extraction
 from transformer_mt.align.gold import GoldSet
 from transformer_mt.align.reading import HeadReading
 from transformer_mt.analysis.alignment import gold_aer
@@ -43,6 +44,7 @@ class TranslationModule(L.LightningModule):
         references: dict[str, Sequence[str]] | None = None,
         guided: dict | None = None,
         gold_sets: Sequence[GoldSet] = (),
+        extract: dict | None = None,
     ) -> None:
         """
         Args:
@@ -58,6 +60,9 @@ class TranslationModule(L.LightningModule):
                 links (``transformer_mt.loss.alignment_loss``).
             gold_sets: gold alignments scored at every validation (``val/aer_<name>``: the
                 guided head's AER, and the best layer's with heads averaged).
+            extract: how the guided head's links are read for that AER, {"method": M,
+                "parameter": tau or None} (``align.extract`` / ``align.threshold``; argmax
+                when not given).
         """
         super().__init__()
         # Plain dicts, so a checkpoint rebuilds the model alone; references and gold are data.
@@ -80,6 +85,7 @@ class TranslationModule(L.LightningModule):
             )
             self.align_weight = guided["weight"]
         self.gold_sets = list(gold_sets)
+        self.extraction = Extraction(**extract) if extract else ARGMAX
         self.batch_in_flight: Batch | None = None  # for error messages (out of memory)
         self.validated_at_step: int | None = None  # the step of the last validation
         self._compiled = False
@@ -205,7 +211,7 @@ class TranslationModule(L.LightningModule):
         if not self.gold_sets or self.tokenizer is None or self.trainer.sanity_checking:
             return
         for gold in self.gold_sets:
-            scores = gold_aer(self.model, self.tokenizer, gold, self.reading)
+            scores = gold_aer(self.model, self.tokenizer, gold, self.reading, self.extraction)
             if "head" in scores:
                 self.log(f"val/aer_{gold.name}", scores["head"], prog_bar=True)
             self.log(f"val/aer_{gold.name}_best_layer", scores["best_layer_aer"])

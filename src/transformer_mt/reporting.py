@@ -10,6 +10,7 @@ from pathlib import Path
 
 import lightning as L
 
+from transformer_mt.align.extract import ARGMAX, Extraction
 from transformer_mt.align.reading import HeadReading
 from transformer_mt.config import HeatmapConfig
 from transformer_mt.datamodule import TranslationDataModule
@@ -47,13 +48,18 @@ def final_validation(
     return out
 
 
-def aer_report(aer: dict[str, dict[str, float]], reading: HeadReading | None) -> str:
+def aer_report(
+    aer: dict[str, dict[str, float]],
+    reading: HeadReading | None,
+    extraction: Extraction = ARGMAX,
+) -> str:
     """The lines that end a run with gold sets: each set's AER, guided head and best layer."""
     lines = []
     for name, scores in aer.items():
         parts = []
         if "guided_head" in scores and reading is not None:
-            parts.append(f"guided head {reading.name} {scores['guided_head']:.3f}")
+            how = "" if extraction == ARGMAX else f", {extraction.name}"
+            parts.append(f"guided head {reading.name}{how} {scores['guided_head']:.3f}")
         parts.append(f"best layer {int(scores['which_layer'])} {scores['best_layer']:.3f}")
         lines.append(f"      AER {name}: " + ", ".join(parts))
     return "alignment (gold sets, final weights):\n" + "\n".join(lines)

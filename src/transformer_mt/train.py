@@ -78,7 +78,7 @@ def run(cfg: DictConfig) -> dict:
     }
     if trainer.is_global_zero:
         if "aer" in val:  # once, not per DDP rank
-            print(aer_report(val["aer"], module.reading))
+            print(aer_report(val["aer"], module.reading, module.extraction))
         metrics["alignment"] = draw_heatmaps(
             module.model, datamodule, OmegaConf.to_object(cfg.heatmaps), out, module.reading
         )
@@ -124,6 +124,7 @@ def build_module(
         references={split: list(datamodule.text[split]["tgt"]) for split in ("valid", "test")},
         guided=guided_settings(cfg),
         gold_sets=gold_sets(cfg, datamodule.tokenizer),
+        extract={"method": cfg.align.extract, "parameter": cfg.align.threshold},
     )
     n_params = sum(p.numel() for p in module.model.parameters())
     log.info(

@@ -21,7 +21,7 @@ Legend: W_tgt target words, W_src source words.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -94,7 +94,8 @@ class Extraction:
 
     method: str = "argmax"
     parameter: float | None = None  # None: the method's default (or it takes none)
-    source: str = ""  # where the parameter came from, for reports ("tuned on dev.tsv")
+    # where the parameter came from, for reports ("tuned on dev.tsv"); not part of its identity
+    source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if self.method not in EXTRACTIONS:
@@ -125,18 +126,24 @@ class Extraction:
 
     @classmethod
     def for_run(
-        cls, method: str, parameter: float | None, run_dir: Path | None = None
+        cls, method: str, parameter: float | None, folder: Path | None = None
     ) -> Extraction:
         """A command line's ``--method`` / ``--threshold``: an explicit parameter wins, then the
-        one ``scripts/align.py --tune-on`` recorded for the run, then the default."""
-        if parameter is not None or method not in PARAMETER_DEFAULTS or run_dir is None:
+        one ``scripts/align.py --tune-on`` recorded in ``folder`` (a run's ``align`` folder,
+        ``record_folder``), then the default."""
+        if parameter is not None or method not in PARAMETER_DEFAULTS or folder is None:
             return cls(method, parameter, "given" if parameter is not None else "default")
-        path = run_folder(run_dir) / "align" / RECORD
+        path = Path(folder) / RECORD
         if path.is_file():
             record = json.loads(path.read_text(encoding="utf-8"))
             if method in record.get("parameters", {}):
                 return cls(method, record["parameters"][method], f"tuned on {record['tuned_on']}")
         return cls(method, None, "default")
+
+
+def record_folder(run_dir: Path) -> Path:
+    """Where a run's tuned parameters are recorded: ``RUN_DIR/align`` (of a checkpoint's run)."""
+    return run_folder(run_dir) / "align"
 
 
 def tune(

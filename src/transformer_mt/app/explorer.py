@@ -17,6 +17,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from transformer_mt.align.extract import EXTRACTIONS
 from transformer_mt.app.session import READINGS, Explorer, Hypothesis, parse_head
 from transformer_mt.errors import UserError
 
@@ -119,6 +120,13 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
                 "full context: the decoder sees the whole target",
                 elem_id="reading",
             )
+            extract = gr.Radio(
+                list(EXTRACTIONS),
+                value="argmax",
+                label="hard alignment",
+                info="threshold and grow-diag use the run's tuned tau (scripts/align.py --tune-on)",
+                elem_id="extract",
+            )
         heatmap = gr.Plot(label="attention", elem_id="heatmap")
         with gr.Row():
             lines = gr.Plot(label="hard alignment", elem_id="alignment")
@@ -126,11 +134,13 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
         # per page session: the run, the source ids, the hypotheses, the captured maps
         state = gr.State(None)
 
-        views = [kind, layer, head, unit, reading]
+        views = [kind, layer, head, unit, extract, reading]  # the reading last: view[-1]
         figures = [heatmap, lines, stats]
 
-        def draw(explorer: Explorer, pair, kind_, layer_, head_, unit_, reading_):
-            return explorer.figures(pair, kind_, int(layer_), parse_head(head_), unit_, reading_)
+        def draw(explorer: Explorer, pair, kind_, layer_, head_, unit_, extract_, reading_):
+            return explorer.figures(
+                pair, kind_, int(layer_), parse_head(head_), unit_, reading_, extract_
+            )
 
         def on_translate(run, text, mode_, tgt, beam_, n_best_, *view):
             start = time.perf_counter()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from transformer_mt.align.extract import hard_alignment
+from transformer_mt.align.extract import Extraction, record_folder
 from transformer_mt.align.reading import HeadReading, guided_reading
 from transformer_mt.analysis.capture import PairAttention, pair_attention
 from transformer_mt.checkpoint import load_model, run_data_config
@@ -188,10 +188,13 @@ class Explorer:
         head: int | None,
         unit: str,
         reading: str = "as decoded",
+        extract: str = "argmax",
     ):
         """The heatmap of ``kind`` for one layer (1-based) and head (1-based, None: the mean),
-        in words or pieces; the hard alignment as lines; entropy and coverage (both from
-        cross-attention of the same layer and head, in words).
+        in words or pieces; the hard alignment as lines, read by ``extract`` (an
+        ``EXTRACTIONS`` method, with the run's tuned tau if ``scripts/align.py --tune-on``
+        recorded one); entropy and coverage (both from cross-attention of the same layer and
+        head, in words).
 
         ``reading`` ``shift``: each target word's cross-attention row is the one where it is
         the decoder's input (the heatmap then has no EOS row); ``full context`` expects ``pair``
@@ -227,16 +230,22 @@ class Explorer:
             inner, real = cross[:, :-1], tgt_words
         else:
             inner, real = cross[:-1, :-1], tgt_words[:-1]
-        found = hard_alignment(inner) if inner.numel() else set()
+        extraction = Extraction.for_run(extract, None, record_folder(self.run_dir))
+        found = extraction.links(inner)
         links = {(i, j): float(inner[j, i]) for i, j in found}  # (source i, target j) -> weight
         lines = alignment_lines(
-            links,
-            src_words[:-1],
-            real,
-            f"hard alignment: each target word to its most attended source word ({which})",
+            links, src_words[:-1], real, f"hard alignment, {EXTRACTION_TITLES[extract]} ({which})"
         )
         stats = entropy_and_coverage(cross, src_words, tgt_words, f"cross-attention, {which}")
         return heatmap, lines, stats
+
+
+EXTRACTION_TITLES = {
+    "argmax": "each target word to its most attended source word",
+    "intersect": "links that are both their row's and their column's maximum",
+    "threshold": "every weight over the threshold",
+    "grow-diag": "row and column maxima grown from their intersection",
+}
 
 
 def _check_reading(reading: str) -> None:
