@@ -22,6 +22,10 @@ were the gold: how closely it follows the aligner a guided head is taught by; an
 each guided head against the very links it was trained on, on ``--teacher-pairs`` of its
 training pairs (in-domain: how well it fits its supervision at all). ``--by-length``
 adds the AER of eflomal and of each run's guided (else best) head by source sentence length.
+``--tune-on xlwa_dev`` reads each guided (else best) head's links by every method of
+``transformer_mt.align.extract`` (argmax, intersect, threshold, grow-diag), each tau chosen on
+that development set alone, and prints the ceiling beside them: eflomal's own links (the
+teacher) turned into per-row distributions and read back by the same methods, against the gold.
 AER is lower-better; P and R are precision against possible links and recall of sure ones.
 ``pip install -e ".[align]"`` for eflomal.
 """
@@ -39,10 +43,11 @@ import numpy as np
 from machine import describe  # benchmarks/machine.py
 
 from transformer_mt.align.eflomal import align_corpus
+from transformer_mt.align.extract import EXTRACTIONS, TUNING_GRID, Extraction, teacher_rows, tune
 from transformer_mt.align.gold import GoldSet, load_gold_set
 from transformer_mt.align.links import corpus_scores, read_pharaoh, symmetrize
-from transformer_mt.align.reading import HeadReading, guided_reading
-from transformer_mt.analysis import corpus_attention, score_layers
+from transformer_mt.align.reading import READING_MODES, HeadReading, guided_reading
+from transformer_mt.analysis import corpus_attention, head_rows, score_layers
 from transformer_mt.analysis.report import (
     CorpusAttention,
     format_by_length,
@@ -130,10 +135,9 @@ def teacher_agreement(run: Path, n: int, seed: int = 0) -> tuple[int, float, flo
     return len(pairs), s.aer, s.precision, s.recall
 
 
-def score_run(
-    name: str, run: Path, gold: GoldSet
-) -> tuple[list[tuple[str, tuple[float, float, float]]], list, str]:
-    """The run's rows of the table, the links of its guided (else best) head, and which."""
+def score_run(name: str, run: Path, gold: GoldSet, head: HeadReading | None = None):
+    """The run's rows of the table, the links of its guided (else best) head, which it is, its
+    ``HeadReading`` and its word matrices; ``head``: read that one instead (a dev set)."""
     model, tokenizer, _ = load_model(run)
     usable, dropped = gold.foldable(tokenizer)
     if dropped:
@@ -144,6 +148,9 @@ def score_run(
             for full in (False, True)
         )
     )
+    if head is not None:
+        read = attention.full if head.full_context else attention.causal
+        return [], None, "", head, [head_rows(words, head)[:, :-1] for words in read]
     grids = score_head_grids(attention, gold.gold)
     rows = []
     heads = [(r, s) for r in ("argmax", "shift", "full") for row in grids[r] for s in row[:-1]]
@@ -152,6 +159,7 @@ def score_run(
         (f"{name}: best head {best.name} ({reading})", (best.aer, best.precision, best.recall))
     )
     chosen, which = best.links, "best head"
+    head = HeadReading(best.layer, best.head, READING_MODES[reading])
     means = [row[-1] for row in grids["argmax"]]
     layer = min(means, key=lambda s: s.aer)
     rows.append(
@@ -168,8 +176,36 @@ def score_run(
     if guided is not None:
         s = grids[reading_name(guided)][guided.layer - 1][guided.head - 1]
         rows.append((f"{name}: guided head {guided.name}", (s.aer, s.precision, s.recall)))
-        chosen, which = s.links, "guided head"
-    return rows, chosen, which
+        chosen, which, head = s.links, "guided head", guided
+    read = attention.full if head.full_context else attention.causal
+    matrices = [head_rows(words, head)[:, :-1] for words in read]
+    return rows, chosen, which, head, matrices
+
+
+def tuned_on_dev(matrices: list, dev: GoldSet) -> dict[str, Extraction]:
+    """Every extraction method, its tau chosen on the dev set's matrices and gold alone."""
+    out = {}
+    for method in EXTRACTIONS:
+        tau = tune(matrices, dev.gold, method)[0] if method in TUNING_GRID else None
+        out[method] = Extraction(method, tau, f"tuned on {dev.name}")
+    return out
+
+
+def teacher_matrices(links: list, gold: GoldSet) -> list:
+    """An aligner's links as the per-row distributions a perfectly fitted head would give."""
+    return [
+        teacher_rows(ls, len(t.split()), len(s.split()))
+        for ls, s, t in zip(links, gold.sources, gold.targets)
+    ]
+
+
+def method_rows(label: str, matrices: list, gold: GoldSet, extractions: dict) -> list:
+    """(label, links, (AER, P, R)) of each method read from ``matrices``."""
+    out = []
+    for extraction in extractions.values():
+        links = [extraction.links(m) for m in matrices]
+        out.append((f"{label} by {extraction.name}", links, corpus_scores(links, gold.gold)))
+    return out
 
 
 def is_reverse(run: Path, src_lang: str, tgt_lang: str) -> bool:
@@ -205,6 +241,12 @@ def main() -> None:
         "--by-length", action="store_true", help="AER by source sentence length as well"
     )
     parser.add_argument(
+        "--tune-on",
+        choices=sorted(GOLD_SETS),
+        help="a development gold set: read every head by each extraction method, tau chosen "
+        "on it, with eflomal's ceiling (never name a set you report here)",
+    )
+    parser.add_argument(
         "--teacher-pairs",
         type=int,
         default=400,
@@ -237,7 +279,15 @@ def main() -> None:
             one_indexed=args.one_indexed,
         )
         sets.append(load_gold_set(Path(links).name, spec, data.src_lang, data.tgt_lang))
+    dev = None
+    if args.tune_on is not None:
+        if args.tune_on in args.gold:
+            raise SystemExit(f"--tune-on {args.tune_on} is also a --gold set: tune on another")
+        spec = gold_spec(args.tune_on, args.data_dir, data.src_lang, data.tgt_lang)
+        dev = load_gold_set(args.tune_on, spec, data.src_lang, data.tgt_lang)
+    tuned, methods_of, ceiling = {}, {}, None
     for gold in sets:
+        methods_of = {}
         forward, backward, seconds = run_eflomal(gold, train_src, train_tgt, Path(data.cache_dir))
         print(
             f"\n{gold.name}: {len(gold)} pairs; eflomal given {limit:,} training pairs of "
@@ -254,8 +304,16 @@ def main() -> None:
             print(f"{label:<52} {aer:.3f}  {p:.3f}  {r:.3f}")
         picked = [("eflomal grow-diag-final-and", symmetric)]  # for --by-length and agreement
         chosen_links = {}
+        heads = {}
         for name, run in runs:
-            rows, chosen, which = score_run(name, run, gold.reversed() if reverse[name] else gold)
+            found = score_run(name, run, gold.reversed() if reverse[name] else gold)
+            rows, chosen, which, heads[name], matrices = found
+            if dev is not None and not reverse[name]:
+                key = (name, heads[name])  # once per run and head: its matrices on the dev set
+                if key not in tuned:
+                    dev_rows = score_run(name, run, dev, head=heads[name])[-1]
+                    tuned[key] = tuned_on_dev(dev_rows, dev)
+                methods_of[name] = method_rows(f"{name}: {which}", matrices, gold, tuned[key])
             for label, (aer, p, r) in rows:
                 print(f"{label:<52} {aer:.3f}  {p:.3f}  {r:.3f}")
             if reverse[name]:  # back into the first run's direction, as eflomal's are
@@ -270,6 +328,21 @@ def main() -> None:
                 aer, p, r = corpus_scores(links, gold.gold)
                 print(f"{f'{one}+{other}: {method}':<52} {aer:.3f}  {p:.3f}  {r:.3f}")
             picked.append((f"{one}+{other}: grow-diag-final-and", links))
+        if dev is not None:
+            # the ceiling: eflomal's links (the teacher of a guided head) as rows, read back
+            teacher = teacher_matrices(symmetric, gold)
+            if ceiling is None:
+                dev_forward, dev_backward, _ = run_eflomal(
+                    dev, train_src, train_tgt, Path(data.cache_dir)
+                )
+                dev_links = [symmetrize(f, b) for f, b in zip(dev_forward, dev_backward)]
+                ceiling = tuned_on_dev(teacher_matrices(dev_links, dev), dev)
+            print(f"\nlinks read by each method, tau chosen on {dev.name} ({len(dev)} pairs):")
+            found = method_rows("ceiling: eflomal gdfa as rows", teacher, gold, ceiling)
+            found += [row for rows in methods_of.values() for row in rows]
+            for label, _links, (aer, p, r) in found:
+                print(f"  {label:<50} {aer:.3f}  {p:.3f}  {r:.3f}")
+            picked += [(label, links) for label, links, _ in found if "ceiling" not in label]
         if args.by_length:
             print(f"\nAER by source length (words) on {gold.name}:")
             for label, links in picked:

@@ -127,3 +127,52 @@ def test_length_histogram_of_a_built_split_contains_the_joined_lengths():
 def test_bad_concat_settings_are_named(kwargs, message):
     with pytest.raises(UserError, match=message):
         ConcatConfig(**kwargs)
+
+
+def test_demo_training_split_gains_joined_examples_whose_links_are_their_parts_word_links(
+    tmp_path,
+) -> None:
+    from transformer_mt.align.links import read_pharaoh
+    from transformer_mt.align.pieces import piece_words, word_starts
+    from transformer_mt.config import DataConfig
+    from transformer_mt.data.batching import collate_columns
+    from transformer_mt.datamodule import TranslationDataModule
+
+    cfg = DataConfig(
+        name="demo_es_en",
+        train_size=300,
+        valid_size=20,
+        test_size=20,
+        vocab_size=300,
+        cache_dir=str(tmp_path),
+        alignments="builtin",
+        concat=ConcatConfig(share=0.5, max_parts=3),
+    )
+    data = TranslationDataModule(cfg, seed=5)
+    data.setup("fit")
+    train, text = data.splits["train"], data.text["train"]
+    pairs = train.select(range(300))
+    plan = plan_joins(*TokenRows(pairs).lengths(), cfg.concat, cfg.max_len, seed=5)
+    assert len(train) == 300 + len(plan)  # the joined rows follow the pairs, in plan order
+    starts = word_starts(data.tokenizer.sp)
+    batch = collate_columns(TokenRows(train).__getitems__(list(range(300, 310))))
+    for b, parts in enumerate(plan[:10]):
+        expected, src_offset, tgt_offset, words = set(), 0, 0, []
+        for row in pairs.select(parts)["index"]:
+            pair = text[int(row)]
+            for i, j in read_pharaoh(pair["alignment"])[0]:
+                expected.add((i + src_offset, j + tgt_offset))
+            src_offset += len(pair["src"].split())
+            tgt_offset += len(pair["tgt"].split())
+            words += pair["src"].split()
+        src = batch.src[b][batch.src[b] != 0].tolist()
+        assert data.tokenizer.decode([src])[0].split() == words  # the parts, in order
+        links = batch.align_index[batch.align_index[:, 0] == b]
+        tgt = batch.tgt_out[b][batch.tgt_out[b] != 0].tolist()
+        src_words, tgt_words = piece_words(src, starts), piece_words(tgt, starts)
+        got = {(int(src_words[s]), int(tgt_words[t])) for _, t, s in links.tolist()}
+        assert got == expected
+    assert set(data.source_lengths) == {"training pairs", "training pairs + joined examples"}
+    assert data.source_lengths["training pairs + joined examples"].max() > max(
+        data.source_lengths["training pairs"]
+    )

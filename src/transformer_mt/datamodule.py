@@ -62,13 +62,11 @@ class TranslationDataModule(L.LightningDataModule):
         self.splits["train"] = joined
         self.source_lengths = {
             "training pairs": source_word_lengths(train, starts),
-            "with joined examples": source_word_lengths(joined, starts),
+            "training pairs + joined examples": source_word_lengths(joined, starts),
         }
         for name, lengths in self.source_lengths.items():
             shares = ", ".join(f"{k} {v:.1%}" for k, v in length_histogram(lengths).items())
-            log.info(
-                "source lengths (words) of the %s: mean %.1f; %s", name, lengths.mean(), shares
-            )
+            log.info("source lengths (words), %s: mean %.1f; %s", name, lengths.mean(), shares)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         rows = TokenRows(self.splits[split])

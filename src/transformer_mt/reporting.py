@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 
 from transformer_mt.align.extract import ARGMAX, Extraction
 from transformer_mt.align.reading import HeadReading
@@ -19,6 +20,7 @@ from transformer_mt.metrics import corpus_bleu, corpus_chrf
 from transformer_mt.model import Transformer
 from transformer_mt.viz.curves import metric_files, plot_curves, read_metrics
 from transformer_mt.viz.heatmaps import save_pair_heatmaps
+from transformer_mt.viz.lengths import plot_length_histograms
 
 log = logging.getLogger(__name__)
 
@@ -140,3 +142,14 @@ def draw_heatmaps(
 def draw_curves(out: Path) -> None:
     if metric_files(out):
         plot_curves(read_metrics(out)).savefig(out / "training_curves.png", dpi=120)
+
+
+def draw_source_lengths(datamodule: TranslationDataModule, gold_sets, out: Path) -> None:
+    """``data.concat``'s training source lengths before and after joining, beside the gold
+    sets' lengths, as ``source_lengths.png``."""
+    if not datamodule.source_lengths:
+        return
+    gold = {g.name: np.array([len(s.split()) for s in g.sources]) for g in gold_sets}
+    fig = plot_length_histograms(datamodule.source_lengths, gold)
+    fig.savefig(out / "source_lengths.png", dpi=120)
+    log.info("source lengths of training and gold sets: %s", out / "source_lengths.png")

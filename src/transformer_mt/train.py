@@ -44,6 +44,7 @@ from transformer_mt.reporting import (
     aer_report,
     draw_curves,
     draw_heatmaps,
+    draw_source_lengths,
     final_validation,
     test_report,
 )
@@ -65,6 +66,8 @@ def run(cfg: DictConfig) -> dict:
     datamodule = build_data(cfg, out)
     module = build_module(cfg, datamodule, out)
     trainer = build_trainer(cfg, out)
+    if trainer.is_global_zero:
+        draw_source_lengths(datamodule, module.gold_sets, out)
     step = tokens_per_step(trainer, cfg.optim, cfg.data)
     fit(trainer, module, datamodule, resume_from)
     val = final_validation(trainer, module, datamodule)
