@@ -236,7 +236,10 @@ def main() -> None:
         links = both_directions(args, links, sources, targets, gold, extraction)
     if args.output is not None:
         args.output.write_text("".join(format_pharaoh(ls) + "\n" for ls in links), encoding="utf-8")
-        print(f"wrote {args.output}")
+        both = f", {args.symmetrize} with --reverse-run" if args.reverse_run is not None else ""
+        print(
+            f"wrote {args.output}: layer:head {chosen.name}, {extraction.name}, {reading.mode}{both}"
+        )
     if gold is not None and args.reverse_run is None:
         print(f"  AER {chosen.aer:.3f}; by source length: {format_by_length(links, gold, sources)}")
 

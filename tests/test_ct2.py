@@ -168,7 +168,7 @@ def test_exported_demo_model_translates_and_scores_as_ours(demo_run, tmp_path) -
         capture_output=True,
         text=True,
     )
-    assert refused.returncode != 0 and "no --head, no --mode" in refused.stderr
+    assert refused.returncode != 0 and "no --head, --mode or --method" in refused.stderr
 
     # evaluate.py decode.engine=ct2: the export's BLEU on the test split
     out = run_script(

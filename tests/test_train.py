@@ -534,3 +534,74 @@ def test_align_cli_on_the_demo_gold(small_run) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("20 test pairs of the demo corpus")
     assert "uncovered" in result.stdout
+
+
+@pytest.mark.slow
+def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None:
+    """--method with a threshold, --tune-on a dev set (recorded, then used), --reverse-run:
+    the written links are the two directions' links symmetrized."""
+    import shutil
+
+    from omegaconf import OmegaConf
+
+    from transformer_mt.align.links import read_pharaoh, symmetrize
+
+    _, out = small_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run, ignore=shutil.ignore_patterns("align"))
+    (tmp_path / "src").write_text("el gato negro\nla casa\n")
+    (tmp_path / "tgt").write_text("the black cat\nthe house\n")
+    (tmp_path / "gold").write_text("0-1 1-2 2-0\n0-0 1-1\n")
+    (tmp_path / "dev.tsv").write_text("the black cat\tel gato negro\t0-0 1-2 2-1\n")
+    files = ("--src", tmp_path / "src", "--tgt", tmp_path / "tgt", "--gold", tmp_path / "gold")
+    links = lambda path: [read_pharaoh(line)[0] for line in path.read_text().splitlines()]  # noqa: E731
+
+    tuned = _script("align.py", run, "--head", "1:1", "--tune-on", f"xlwa:{tmp_path / 'dev.tsv'}")
+    assert tuned.returncode == 0, tuned.stderr
+    record = json.loads((run / "align" / "extraction.json").read_text())
+    assert set(record["parameters"]) == {"threshold", "grow-diag"}
+    assert "dev.tsv" in record["tuned_on"]
+    tau = record["parameters"]["threshold"]
+    used = _script(
+        "align.py",
+        run,
+        *files,
+        "--head",
+        "1:1",
+        "--method",
+        "threshold",
+        "--output",
+        tmp_path / "t",
+    )
+    assert used.returncode == 0, used.stderr
+    assert f"read by threshold {tau:g} (tuned on xlwa:" in used.stdout
+    for method in ("argmax", "intersect", f"threshold {tau:g}", "grow-diag"):
+        assert method in used.stdout  # every method scored on the written head
+    # a copy of the run that claims to translate the other way stands in for an EN->ES run
+    reverse = tmp_path / "reverse"
+    shutil.copytree(out, reverse, ignore=shutil.ignore_patterns("align"))
+    cfg = OmegaConf.load(reverse / "config.yaml")
+    cfg.data.src_lang, cfg.data.tgt_lang = cfg.data.tgt_lang, cfg.data.src_lang
+    (reverse / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    swapped = ("--src", tmp_path / "tgt", "--tgt", tmp_path / "src")
+    back = _script("align.py", reverse, *swapped, "--head", "1:1", "--output", tmp_path / "b")
+    forward = _script("align.py", run, *files, "--head", "1:1", "--output", tmp_path / "f")
+    both = _script(
+        "align.py",
+        run,
+        *files,
+        "--head",
+        "1:1",
+        "--reverse-run",
+        reverse,
+        "--output",
+        tmp_path / "both",
+    )
+    assert back.returncode == forward.returncode == both.returncode == 0, both.stderr
+    assert "grow-diag-final-and with --reverse-run" in both.stdout
+    assert "intersect" in both.stdout and "reverse" in both.stdout
+    expected = [
+        symmetrize(f, {(i, j) for j, i in b})
+        for f, b in zip(links(tmp_path / "f"), links(tmp_path / "b"))
+    ]
+    assert links(tmp_path / "both") == expected
