@@ -342,7 +342,12 @@ def main() -> None:
             found += [row for rows in methods_of.values() for row in rows]
             for label, _links, (aer, p, r) in found:
                 print(f"  {label:<50} {aer:.3f}  {p:.3f}  {r:.3f}")
-            picked += [(label, links) for label, links, _ in found if "ceiling" not in label]
+            # argmax is the head's own row above; the ceiling is no model's links
+            picked += [
+                (label, ls)
+                for label, ls, _ in found
+                if label.split(" by ")[-1] != "argmax" and "ceiling" not in label
+            ]
         if args.by_length:
             print(f"\nAER by source length (words) on {gold.name}:")
             for label, links in picked:

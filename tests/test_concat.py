@@ -73,6 +73,17 @@ def test_joined_without_boundary_drops_inner_eos_and_links_still_point_at_the_sa
     assert got == expected
 
 
+def test_a_source_boundary_keeps_the_source_eos_and_joins_the_target():
+    built = join_rows(TokenRows(split()), [np.array([0, 2])], "source")
+    src, tgt = built["src_ids"].tolist(), built["tgt_ids"].tolist()
+    assert src == [10, 11, EOS_ID, 13, 14, 15, EOS_ID]
+    assert tgt == [20, 21, 22, 24, 25, EOS_ID]
+    # pair 2 moved by 3 source pieces (EOS included) and 3 target pieces (no EOS)
+    assert built["links"].reshape(-1, 2).tolist() == [[0, 0], [1, 2], [5, 3], [3, 4], [4, 4]]
+    for s, t in built["links"].reshape(-1, 2):
+        assert src[s] != EOS_ID and tgt[t] != EOS_ID
+
+
 def test_plan_respects_max_len_and_draws_two_to_max_parts():
     src = np.array([3, 4, 30, 5] * 50)
     tgt = np.array([4, 3, 2, 30] * 50)
@@ -121,7 +132,7 @@ def test_length_histogram_of_a_built_split_contains_the_joined_lengths():
     [
         ({"share": -0.1}, "data.concat.share must be 0 or more"),
         ({"max_parts": 1}, "data.concat.max_parts must be 2 or more"),
-        ({"boundary": "sep"}, "data.concat.boundary must be 'eos' or 'none'"),
+        ({"boundary": "sep"}, "data.concat.boundary must be 'eos', 'source' or 'none'"),
     ],
 )
 def test_bad_concat_settings_are_named(kwargs, message):

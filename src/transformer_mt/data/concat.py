@@ -8,6 +8,8 @@ the tokenized training split examples made of 2..``max_parts`` training pairs dr
 
 - ``boundary: eos``: each part keeps its own EOS, so the model learns that a sentence's end is
   followed by EOS wherever it comes, and decoding one sentence still stops where it should;
+- ``boundary: source``: the source parts keep their EOS, the target parts are joined without
+  one: the source says where each sentence ends, the target never ends before its input does;
 - ``boundary: none``: the parts' pieces are simply joined (the text joined by a space: a piece
   that begins a word carries its own space mark), as if the pairs were one sentence.
 
@@ -59,13 +61,18 @@ def plan_joins(
     rng = np.random.default_rng(seed)
     rows = rng.integers(0, n, size=(count, cfg.max_parts))  # (M, K)
     wanted = rng.integers(2, cfg.max_parts + 1, size=count)  # (M,)
-    drop = 1 if cfg.boundary == "none" else 0  # inner EOS removed per part after the first
+    drop_src, drop_tgt = inner_eos_dropped(cfg.boundary)  # per part after the first
     k = np.arange(cfg.max_parts)  # parts before this one
-    joined_src = np.cumsum(src_lens[rows], axis=1) - drop * k  # (M, K) length of the first k+1
-    joined_tgt = np.cumsum(tgt_lens[rows], axis=1) - drop * k
+    joined_src = np.cumsum(src_lens[rows], axis=1) - drop_src * k  # (M, K) first k+1 parts
+    joined_tgt = np.cumsum(tgt_lens[rows], axis=1) - drop_tgt * k
     fits = (joined_src <= max_len + 1) & (joined_tgt <= max_len + 1)  # a prefix: lengths grow
     parts = np.minimum(wanted, fits.sum(axis=1))
     return [rows[m, : parts[m]] for m in np.flatnonzero(parts >= 2)]
+
+
+def inner_eos_dropped(boundary: str) -> tuple[bool, bool]:
+    """Whether the source and the target drop the EOS between parts, for a ``boundary``."""
+    return {"eos": (False, False), "source": (False, True), "none": (True, True)}[boundary]
 
 
 def _joined_side(
@@ -95,9 +102,8 @@ def join_rows(rows: TokenRows, plan: Sequence[np.ndarray], boundary: str) -> dic
     """
     counts = np.array([len(p) for p in plan], dtype=np.int64)  # (M,)
     cols = rows.__getitems__(np.concatenate(plan))  # every part, in example order
-    drop = boundary == "none"
     out = {}
-    for side in ("src", "tgt"):
+    for side, drop in zip(("src", "tgt"), inner_eos_dropped(boundary)):
         flat, lens = getattr(cols, side), getattr(cols, f"{side}_lens")
         kept = lens - drop  # the pieces a part brings before the next one starts
         starts = np.cumsum(counts) - counts  # each example's first part
