@@ -102,11 +102,11 @@ def join_rows(rows: TokenRows, plan: Sequence[np.ndarray], boundary: str) -> dic
     """
     counts = np.array([len(p) for p in plan], dtype=np.int64)  # (M,)
     cols = rows.__getitems__(np.concatenate(plan))  # every part, in example order
+    starts = np.cumsum(counts) - counts  # each example's first part
     out = {}
     for side, drop in zip(("src", "tgt"), inner_eos_dropped(boundary)):
         flat, lens = getattr(cols, side), getattr(cols, f"{side}_lens")
         kept = lens - drop  # the pieces a part brings before the next one starts
-        starts = np.cumsum(counts) - counts  # each example's first part
         before = np.cumsum(kept) - kept  # pieces of every earlier part, examples running on
         out[f"{side}_offset"] = before - np.repeat(before[starts], counts)  # (P,)
         out[f"{side}_ids"], out[f"{side}_len"] = _joined_side(flat, lens, counts, drop)
