@@ -9,6 +9,9 @@ tokens (EOS masked until then, then forced; CTranslate2 gets the same minimum an
 every decoder does the same work. Greedy and beam search (``--beam``), each:
 
 - ours, cached: the KV cache (``use_cache=True``), fp32;
+- ours, cached, compiled, fp32 / int8: the cached step as one compiled graph over a fixed-capacity
+  cache (``compile=True``, ``decode.compile=true``); its first call compiles and is timed apart,
+  with the number of sentences after which compiling has paid for itself;
 - ours, cached, int8: the same after ``torch.ao.quantization.quantize_dynamic`` of every
   ``nn.Linear`` (weights int8, activations quantized on the fly; ``decode.quantize=int8``);
 - ours, uncached: the decoder re-run over the whole prefix at every step, only the last
@@ -74,6 +77,7 @@ def main() -> None:
     )
     parser.add_argument("--no-ct2", action="store_true", help="leave CTranslate2 out")
     parser.add_argument("--no-uncached", action="store_true", help="leave the slow baseline out")
+    parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     args = parser.parse_args()
     print(describe())
     torch.set_num_threads(args.threads)
@@ -91,14 +95,20 @@ def main() -> None:
     ct2 = {} if args.no_ct2 else ct2_translators(model, tmp.name, args.threads)
     pieces = [[f"w{i}" for i in row[:-1].tolist()] for row in src]  # EOS: add_source_eos
 
-    def ours(net: Transformer, beam: int, use_cache: bool = True):
+    def ours(net: Transformer, beam: int, use_cache: bool = True, compile: bool = False):
         def run() -> None:
             if beam == 1:
-                out = greedy_decode(net, src, use_cache=use_cache, **common)
+                out = greedy_decode(net, src, use_cache=use_cache, compile=compile, **common)
                 assert all(len(o) == n for o in out)
             else:
                 found = beam_search(
-                    net, src, beam_size=beam, alpha=0.6, use_cache=use_cache, **common
+                    net,
+                    src,
+                    beam_size=beam,
+                    alpha=0.6,
+                    use_cache=use_cache,
+                    compile=compile,
+                    **common,
                 )
                 assert all(len(h[0].tokens) == n for h in found)
 
@@ -122,7 +132,11 @@ def main() -> None:
     for beam in (1, args.beam):
         search = "greedy" if beam == 1 else f"beam {beam}"
         runs[(search, "ours, cached, fp32")] = ours(model, beam)
+        if not args.no_compile:
+            runs[(search, "ours, cached, compiled, fp32")] = ours(model, beam, compile=True)
         runs[(search, "ours, cached, int8 (quantize_dynamic)")] = ours(quantized, beam)
+        if not args.no_compile:
+            runs[(search, "ours, cached, compiled, int8")] = ours(quantized, beam, compile=True)
         if not args.no_uncached:
             runs[(search, "ours, uncached (last position only), fp32")] = ours(model, beam, False)
         for name in ct2:
@@ -132,6 +146,12 @@ def main() -> None:
         f"batch, outputs forced to {n} tokens, {args.threads} threads"
         + ("" if ct2 else "; CTranslate2 left out")
     )
+    compile_seconds = {}
+    for key, fn in runs.items():  # compiled variants: the first call compiles (timed apart)
+        if "compiled" in key[1]:
+            start = time.perf_counter()
+            fn()
+            compile_seconds[key] = time.perf_counter() - start
     best = {key: float("inf") for key in runs}
     for _ in range(args.repeats):  # interleaved, so load on the machine hits every variant alike
         for key, fn in runs.items():
@@ -144,6 +164,21 @@ def main() -> None:
         reference = rate.get((search, "CTranslate2 fp32"))
         ratio = f"{value / reference:.2f}x" if reference else "-"
         print(f"{search:<8} {name:<44} {value:12.2f} {ratio:>20}")
+    for (search, name), seconds in compile_seconds.items():
+        run_seconds = best[(search, name)]
+        eager = best[
+            (search, name.replace("compiled, ", "").replace("int8", "int8 (quantize_dynamic)"))
+        ]
+        saved = (eager - run_seconds) / args.sentences  # per sentence
+        pays = (
+            f"pays off after {(seconds - run_seconds) / saved:,.0f} sentences"
+            if saved > 0
+            else "never pays off"
+        )
+        print(
+            f"first call of {search}, {name}: {seconds:.1f} s (compiling included), "
+            f"then {run_seconds:.2f} s; {pays}"
+        )
     if not args.no_uncached:
         for beam in (1, args.beam):
             search = "greedy" if beam == 1 else f"beam {beam}"

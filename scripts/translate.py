@@ -92,6 +92,12 @@ def main() -> None:
         help="torch engine: dynamic int8 quantization of every Linear (CPU)",
     )
     parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch engine: run the decoder step as a torch.compile graph (the same output; "
+        "pays off from a few thousand sentences on a CPU, see docs/decoding.md)",
+    )
+    parser.add_argument(
         "--head",
         default="-1",
         help="--alignments from L:H (1-based; negative from the end), L (heads averaged), best "
@@ -125,6 +131,8 @@ def main() -> None:
         length_penalty=args.alpha,
         length_norm=args.length_norm,
         batch_size=args.batch_size,
+        compile=args.compile,
+        engine=args.engine,
     )
     if args.engine == "ct2":
         translate_ct2(args, lines, cfg)

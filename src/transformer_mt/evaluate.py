@@ -76,7 +76,9 @@ def evaluate(cfg: DictConfig) -> dict:
     }
     lines = [
         f"{cfg.split} of {data_cfg.name}, {len(hyps)} sentences, beam {decode.beam_size}, "
-        f"α {decode.length_penalty}, {len(sources)} checkpoint(s), engine {decode.engine}:",
+        f"α {decode.length_penalty}, {len(sources)} checkpoint(s), engine {decode.engine}"
+        + (" (compiled)" if decode.compile else "")
+        + ":",
         f"  SacreBLEU: {bleu.text}",
         f"  signature: {bleu.signature}",
         f"  {chrf.text}",

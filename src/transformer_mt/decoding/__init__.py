@@ -31,7 +31,7 @@ __all__ = [
 def decode_batch(model: Transformer, src: Tensor, cfg: DecodeConfig) -> list[list[int]]:
     """The best translation (token ids, no BOS/EOS) of every sentence in ``src`` (B, S)."""
     if cfg.beam_size == 1:
-        return greedy_decode(model, src, cfg.max_len_a, cfg.max_len_b)
+        return greedy_decode(model, src, cfg.max_len_a, cfg.max_len_b, compile=cfg.compile)
     hyps = beam_search(
         model,
         src,
@@ -40,5 +40,6 @@ def decode_batch(model: Transformer, src: Tensor, cfg: DecodeConfig) -> list[lis
         cfg.max_len_a,
         cfg.max_len_b,
         length_norm=cfg.length_norm,
+        compile=cfg.compile,
     )
     return [h[0].tokens for h in hyps]

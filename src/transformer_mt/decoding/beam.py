@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from transformer_mt.decoding.state import DecoderState, constrain_length, length_limits
+from transformer_mt.decoding.state import constrain_length, decoder_state, length_limits
 from transformer_mt.model import Transformer
 from transformer_mt.model.vocab import BOS_ID, EOS_ID
 
@@ -61,6 +61,7 @@ def beam_search(
     n_best: int = 1,
     use_cache: bool = True,
     length_norm: str = "gnmt",
+    compile: bool = False,
 ) -> list[list[Hypothesis]]:
     """The ``n_best`` best translations of every sentence, best first.
 
@@ -75,7 +76,7 @@ def beam_search(
         alpha: the length penalty's α.
         length_norm: ``gnmt`` or ``power`` (see ``length_penalty``): how finished
             hypotheses are ranked.
-        max_len_a, max_len_b, min_len: as in ``greedy_decode``.
+        max_len_a, max_len_b, min_len, use_cache, compile: as in ``greedy_decode``.
 
     Returns:
         B lists of at most ``n_best`` hypotheses, sorted by score.
@@ -84,8 +85,8 @@ def beam_search(
     length_penalty(1, alpha, length_norm)  # refuses an unknown normalisation before any work
     if not 1 <= n_best <= K:
         raise ValueError(f"n_best={n_best} must be between 1 and the beam size {K}")
-    state = DecoderState(model, src, expand=K, use_cache=use_cache)
     limit = length_limits(src, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
+    state = decoder_state(model, src, K, use_cache, compile, int(limit.max()))
     scores = torch.full((B, K), -torch.inf, device=src.device)
     scores[:, 0] = 0.0  # one live beam at the start, so the first step does not pick K copies
     beams = _Beams(

@@ -24,11 +24,18 @@ class DecodeConfig:
     engine: str = "torch"
     ct2_dir: str | None = None
     quantize: str | None = None  # torch engine on CPUs: int8 (dynamic quantization of every Linear)
+    # torch engine: the cached decoder step as a torch.compile graph (decoding/compiled.py); the
+    # same tokens; the first batches of each shape compile (seconds), see docs/decoding.md
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise UserError(f"decode.engine={self.engine!r}: use torch or ct2")
         if self.quantize not in (None, "int8"):
             raise UserError(f"decode.quantize={self.quantize!r}: use int8 or null")
+        if self.compile and self.engine != "torch":
+            raise UserError(
+                f"decode.compile=true is for decode.engine=torch; {self.engine} runs its own kernels"
+            )
         if self.length_norm not in ("gnmt", "power"):
             raise UserError(f"decode.length_norm={self.length_norm!r}: use gnmt or power")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from transformer_mt.decoding.state import DecoderState, constrain_length, length_limits
+from transformer_mt.decoding.state import constrain_length, decoder_state, length_limits
 from transformer_mt.model import Transformer
 from transformer_mt.model.vocab import BOS_ID, EOS_ID
 
@@ -21,6 +21,7 @@ def greedy_decode(
     max_len_b: int = 50,
     min_len: int = 0,
     use_cache: bool = True,
+    compile: bool = False,
 ) -> list[list[int]]:
     """The most probable token at every step, until EOS or the length limit.
 
@@ -32,12 +33,13 @@ def greedy_decode(
         max_len_a, max_len_b: at most a · |x| + b tokens, then EOS.
         min_len: EOS is not allowed before this many tokens.
         use_cache: False recomputes the whole prefix every step (for comparison only).
+        compile: run the cached step as a compiled graph (``decoding.compiled``); the same tokens.
 
     Returns:
         B lists of token ids, without BOS and EOS.
     """
-    state = DecoderState(model, src, use_cache=use_cache)
     limit = length_limits(src, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
+    state = decoder_state(model, src, 1, use_cache, compile, int(limit.max()))
     alive = torch.arange(src.size(0), device=src.device)  # rows of the batch still decoding
     prefix = torch.full((src.size(0), 1), BOS_ID, dtype=torch.long, device=src.device)  # (B', t)
     out: list[list[int]] = [[] for _ in range(src.size(0))]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from transformer_mt.decoding.compiled import CompiledDecoderState
 from transformer_mt.model import DecoderCache, Transformer
 from transformer_mt.model.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -64,6 +65,20 @@ class DecoderState:
                 self.memory.index_select(0, index),
                 self.mask.index_select(0, index),
             )
+
+
+def decoder_state(
+    model: Transformer, src: Tensor, expand: int, use_cache: bool, compile: bool, max_tokens: int
+) -> DecoderState | CompiledDecoderState:
+    """The state a search steps through: eager with or without the cache, or compiled.
+
+    ``max_tokens``: the most tokens a row may receive (the compiled cache's capacity).
+    """
+    if not compile:
+        return DecoderState(model, src, expand=expand, use_cache=use_cache)
+    if not use_cache:
+        raise ValueError("compile=True needs use_cache=True: the compiled step is the cached one")
+    return CompiledDecoderState(model, src, expand, max_tokens)
 
 
 def length_limits(src: Tensor, max_len_a: float, max_len_b: int, max_positions: int) -> Tensor:

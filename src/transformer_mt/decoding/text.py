@@ -90,7 +90,9 @@ def translate(
         if cfg.beam_size == 1 and n_best == 1:
             hyps = [
                 [(tokens, 0.0)]
-                for tokens in greedy_decode(model, src, cfg.max_len_a, cfg.max_len_b)
+                for tokens in greedy_decode(
+                    model, src, cfg.max_len_a, cfg.max_len_b, compile=cfg.compile
+                )
             ]
         else:
             found = beam_search(
@@ -102,6 +104,7 @@ def translate(
                 cfg.max_len_b,
                 n_best=n_best,
                 length_norm=cfg.length_norm,
+                compile=cfg.compile,
             )
             hyps = [[(h.tokens, h.score) for h in hs] for hs in found]
         for i, options in zip(chunk, hyps):

@@ -101,6 +101,13 @@ class DecoderCache:
     memory_mask: Tensor
     offset: int = 0
 
+    # A growing cache holds exactly the positions decoded so far: a new query sees them all.
+    static = False
+
+    def step_mask(self) -> Tensor | None:
+        """The self-attention mask of a decoding step's query: None, every cached key is real."""
+        return None
+
     def reorder(self, index: Tensor, sources_changed: bool = True) -> DecoderCache:
         """Select batch rows (B',) for beam search or pruning finished sentences.
 
@@ -116,3 +123,55 @@ class DecoderCache:
             memory_mask=self.memory_mask if same else self.memory_mask.index_select(0, index),
             offset=self.offset,
         )
+
+
+@dataclass
+class StaticLayerCache:
+    """Self-attention keys and values in buffers of fixed capacity, written at ``position``.
+
+    The compiled decoding step (``transformer_mt.decoding.compiled``) needs every tensor shape
+    and every Python number in its graph to stay the same from one step to the next: the
+    buffers never grow, the position is a 0-d tensor, and the keys not yet written are masked
+    (``StaticDecoderCache.step_mask``) instead of sliced off.
+
+    Attributes:
+        k, v: (B, H, capacity, Dh) buffers, written in place.
+        position: () int64, where the next key goes.
+    """
+
+    k: Tensor
+    v: Tensor
+    position: Tensor
+
+    @property
+    def keys(self) -> Tensor:
+        return self.k  # (B, H, capacity, Dh); positions > position masked by the caller
+
+    @property
+    def values(self) -> Tensor:
+        return self.v
+
+    def append(self, k: Tensor, v: Tensor) -> StaticLayerCache:
+        """Write one new position (B, H, 1, Dh) at ``position``; returns this cache."""
+        index = self.position.view(1)
+        self.k.index_copy_(2, index, k)
+        self.v.index_copy_(2, index, v)
+        return self
+
+
+@dataclass
+class StaticDecoderCache(DecoderCache):
+    """A ``DecoderCache`` whose self-attention buffers have a fixed capacity (compiled decoding).
+
+    ``offset`` is a 0-d int64 tensor (the position of the token being fed), shared by the
+    layers' ``StaticLayerCache``; the cross-attention caches and ``memory_mask`` may carry
+    padded source positions (masked). Built afresh for every step by the compiled step function.
+    """
+
+    static = True
+
+    def step_mask(self) -> Tensor:
+        """(1, 1, 1, capacity): the keys up to and including the current position."""
+        capacity = self.self_attn[0].k.size(2)
+        keys = torch.arange(capacity, device=self.memory_mask.device)
+        return (keys <= self.offset).view(1, 1, 1, capacity)

@@ -41,10 +41,13 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.max_len = max_len
         self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
 
-    def forward(self, length: int, offset: int = 0) -> Tensor:
-        """Encodings of positions offset .. offset+length-1, shape (length, D)."""
-        _check_length(offset + length, self.max_len)
-        return self.table[offset : offset + length]
+    def forward(self, length: int, offset: int | Tensor = 0) -> Tensor:
+        """Encodings of positions offset .. offset+length-1, shape (length, D).
+
+        ``offset`` may be a 0-d tensor (a compiled decoding step, whose position must not be a
+        Python number that the graph would be specialised on); the caller checks its range.
+        """
+        return _rows(self.table, length, offset, self.max_len)
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -56,10 +59,17 @@ class LearnedPositionalEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.empty(max_len, d_model))
         nn.init.normal_(self.weight, std=d_model**-0.5)
 
-    def forward(self, length: int, offset: int = 0) -> Tensor:
-        """Embeddings of positions offset .. offset+length-1, shape (length, D)."""
-        _check_length(offset + length, self.max_len)
-        return self.weight[offset : offset + length]
+    def forward(self, length: int, offset: int | Tensor = 0) -> Tensor:
+        """Embeddings of positions offset .. offset+length-1, shape (length, D) (``offset`` as above)."""
+        return _rows(self.weight, length, offset, self.max_len)
+
+
+def _rows(table: Tensor, length: int, offset: int | Tensor, max_len: int) -> Tensor:
+    """Rows offset .. offset+length-1 of a (max_len, D) table."""
+    if isinstance(offset, Tensor):  # () int64: a gather, so the graph does not depend on its value
+        return table.index_select(0, offset + torch.arange(length, device=table.device))
+    _check_length(offset + length, max_len)
+    return table[offset : offset + length]
 
 
 def _check_length(needed: int, max_len: int) -> None:

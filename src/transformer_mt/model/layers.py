@@ -125,7 +125,8 @@ class DecoderLayer(nn.Module):
             memory: (B, S, D) encoder output (may be None when ``cross_cache`` holds it).
             self_mask: (B, 1, T, T) causal and padding mask; None for one new position,
                 which may see every cached one, or for a whole right-padded target with
-                the causal mask alone (a real position's earlier keys are all real).
+                the causal mask alone (a real position's earlier keys are all real);
+                (1, 1, 1, capacity) for one new position over a fixed-capacity cache.
             memory_mask: (B, 1, 1, S) source padding mask.
             self_cache, cross_cache: K/V from earlier steps (see ``MultiHeadAttention``).
             need_weights: also return the attention weights (slower reference path).

@@ -51,8 +51,8 @@ class Embed(nn.Module):
         self.positions = positional(cfg.d_model, cfg.max_positions)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
-        """(B, T) ids at positions offset.. -> (B, T, D)."""
+    def forward(self, ids: Tensor, offset: int | Tensor = 0) -> Tensor:
+        """(B, T) ids at positions offset.. -> (B, T, D); a tensor ``offset`` is 0-d."""
         return self.dropout(self.tokens(ids) + self.positions(ids.size(1), offset))
 
 
@@ -113,7 +113,10 @@ class Decoder(nn.Module):
         offset = cache.offset if cache is not None else 0
         x = self.embed(tgt_in, offset)  # (B, T, D)
         cross_weights, self_weights = [], []
-        attn_mask = without_trivial(memory_mask)  # no source padding: no mask to read
+        # No source padding: no mask to read. A compiled step keeps its mask: the check would
+        # read a value and split the graph.
+        static = cache is not None and cache.static
+        attn_mask = memory_mask if static else without_trivial(memory_mask)
         for i, layer in enumerate(self.layers):
             self_cache = cache.self_attn[i] if cache is not None else None
             cross_cache = cache.cross_attn[i] if cache is not None else None
@@ -136,7 +139,7 @@ class Decoder(nn.Module):
             if out.cross_weights is not None:
                 cross_weights.append(out.cross_weights)
         if cache is not None:
-            cache.offset += tgt_in.size(1)
+            cache.offset = cache.offset + tgt_in.size(1)  # not +=: in place on a tensor offset
         return self.final_norm(x), self_weights, cross_weights
 
     def head_weights(
@@ -318,5 +321,5 @@ class Transformer(nn.Module):
 
         The cache is extended in place by one position per call.
         """
-        states, _, _ = self.decoder(tokens, None, cache.memory_mask, None, cache)
+        states, _, _ = self.decoder(tokens, None, cache.memory_mask, cache.step_mask(), cache)
         return self.generator(states[:, -1]).log_softmax(dim=-1)  # (B, V)

@@ -1,0 +1,210 @@
+"""A decoder step compiled with ``torch.compile`` (``decode.compile=true``, ``translate.py --compile``).
+
+A cached decoding step of a small batch is a few hundred small operations (projections,
+reshapes, masking, LayerNorms) whose Python and dispatch overhead costs as much as their
+arithmetic. Compiled, the step runs as one graph with fused element-wise kernels. A graph is
+built for fixed shapes and fixed Python values, so the state here differs from
+``DecoderState``'s in three ways:
+
+- the self-attention cache has a fixed capacity (the longest output the search allows, rounded
+  up to a power of two): keys are written in place at a position held in a 0-d tensor, and
+  the positions not yet written are masked rather than sliced off;
+- the encoder output is padded to a power of two of positions (masked);
+- the rows (sentences x beams) stay as many as the first step had until the live ones fit in
+  half of them, then shrink to a power of two (dummy rows pad it), never below ``MIN_SLOTS``.
+
+A test set of length-sorted batches therefore compiles a handful of graphs, not one per batch;
+``compile_count`` says how many. The encoder runs once per batch and stays eager. On CPUs the
+fp32 matrix products of both go through oneDNN (``onednn.py``). Outputs are eager decoding's
+(the same tokens, greedy and beam; tests pin them).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch._inductor.compile_fx import compile_fx
+
+from transformer_mt.decoding.onednn import onednn_linears
+from transformer_mt.model import Transformer
+from transformer_mt.model.cache import LayerCache, StaticDecoderCache, StaticLayerCache
+from transformer_mt.model.vocab import BOS_ID, PAD_ID
+
+# Shapes are rounded up to powers of two from these minima: every rounding is a masked position
+# or a dummy row of wasted work, every distinct shape is one more graph to compile (seconds).
+MIN_CAPACITY = 32  # self-attention keys: BOS + tokens
+MIN_SOURCE = 16  # encoder positions
+MIN_SLOTS = 8  # rows (sentences x beams) once the batch shrinks; fewer would save little work
+# Compiled steps kept per step function before dynamo falls back to eager (its default, 8, is
+# shared by every model in a process, which a test session or a notebook soon uses up).
+RECOMPILE_LIMIT = 64
+
+_STEPS: weakref.WeakKeyDictionary[Transformer, Callable] = weakref.WeakKeyDictionary()
+_GRAPHS: weakref.WeakKeyDictionary[Transformer, int] = weakref.WeakKeyDictionary()
+
+
+def bucket(n: int, minimum: int) -> int:
+    """The smallest power of two >= n and >= ``minimum``."""
+    return max(minimum, 1 << max(n - 1, 0).bit_length())
+
+
+def row_slots(live: int, current: int) -> int:
+    """Rows to run for ``live`` live rows when ``current`` run now: keep ``current`` while the
+    live rows need more than half of it, else the power-of-two bucket that holds them (at
+    least ``MIN_SLOTS``, never more than ``current``)."""
+    if 2 * live > current:
+        return current
+    return min(current, bucket(live, MIN_SLOTS))
+
+
+def _step(
+    model: Transformer,
+    tokens: Tensor,
+    position: Tensor,
+    self_k: list[Tensor],
+    self_v: list[Tensor],
+    cross_k: list[Tensor],
+    cross_v: list[Tensor],
+    memory_mask: Tensor,
+) -> Tensor:
+    """Log-probabilities (R, V) of the next token; writes this position's keys into ``self_k``/``self_v``."""
+    cache = StaticDecoderCache(
+        [StaticLayerCache(k, v, position) for k, v in zip(self_k, self_v)],
+        [LayerCache.of(k, v) for k, v in zip(cross_k, cross_v)],
+        memory_mask,
+        position,
+    )
+    with onednn_linears(tokens.device):  # fp32 GEMMs by oneDNN on CPUs (see onednn.py)
+        logprobs = model.decode_step(tokens, cache)  # (R, V)
+    logprobs[:, PAD_ID] = -torch.inf  # never emit padding or BOS
+    logprobs[:, BOS_ID] = -torch.inf
+    return logprobs
+
+
+def compiled_step(model: Transformer) -> Callable[..., Tensor]:
+    """The model's compiled step function (compiled lazily, once per shape, kept with the model)."""
+    step = _STEPS.get(model)
+    if step is None:
+
+        def inductor(graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
+            _GRAPHS[model] = _GRAPHS.get(model, 0) + 1  # dynamo calls its backend once per graph
+            return compile_fx(graph, example_inputs)
+
+        compiled = torch.compile(_step, backend=inductor, dynamic=False)
+
+        def step(*args: Tensor | list[Tensor]) -> Tensor:
+            with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+                return compiled(model, *args)
+
+        _STEPS[model] = step
+    return step
+
+
+def compile_count(model: Transformer) -> int:
+    """How many graphs the compiled step of ``model`` has built in this process."""
+    return _GRAPHS.get(model, 0)
+
+
+class CompiledDecoderState:
+    """``DecoderState``'s interface (``step``, ``reorder``) over a fixed-shape cache and a compiled step.
+
+    Args:
+        model: in eval mode.
+        src: (B, S) padded, EOS-terminated source ids.
+        expand: rows per sentence (the beam size).
+        max_tokens: the most tokens any row will be fed after BOS (the search's length limit):
+            the cache holds BOS and that many positions.
+    """
+
+    def __init__(self, model: Transformer, src: Tensor, expand: int, max_tokens: int) -> None:
+        self.model, self.step_fn = model, compiled_step(model)
+        with onednn_linears(src.device):  # the encoder runs eagerly, once per batch
+            memory, mask = model.encode(src)  # (B, S, D), (B, 1, 1, S)
+            pad = bucket(src.size(1), MIN_SOURCE) - src.size(1)
+            if pad:  # masked source positions, so the graph sees few source lengths
+                memory = F.pad(memory, (0, 0, 0, pad))
+                mask = F.pad(mask, (0, pad), value=False)
+            cache = model.start_decoding(memory, mask)
+        rows = torch.arange(src.size(0), device=src.device).repeat_interleave(expand)
+        self.live = rows.numel()  # the first ``live`` rows are real, the rest pad a bucket
+        if self.live < MIN_SLOTS:  # a small last batch runs as the smallest bucket
+            rows = torch.cat([rows, rows[-1:].expand(MIN_SLOTS - self.live)])
+        self.cross_k = [c.k.index_select(0, rows) for c in cache.cross_attn]
+        self.cross_v = [c.v.index_select(0, rows) for c in cache.cross_attn]
+        self.mask = mask.index_select(0, rows)  # (R, 1, 1, S')
+        # positions beyond the table are never written: no need to hold them
+        capacity = min(bucket(max_tokens + 1, MIN_CAPACITY), model.cfg.max_positions)
+        n_heads, dk, dv = model.cfg.n_heads, self.cross_k[0].size(3), self.cross_v[0].size(3)
+        # zeros, not empty: an unwritten value is multiplied by an exact zero weight (no NaN)
+        self.self_k = [
+            memory.new_zeros(rows.numel(), n_heads, capacity, dk) for _ in cache.cross_attn
+        ]
+        self.self_v = [
+            memory.new_zeros(rows.numel(), n_heads, capacity, dv) for _ in cache.cross_attn
+        ]
+        # the previous buffers, recycled by the next reorder (fresh ones would cost page faults)
+        self.spare_k: list[Tensor] = []
+        self.spare_v: list[Tensor] = []
+        self.position = torch.zeros((), dtype=torch.long, device=src.device)
+        self.steps, self.capacity = 0, capacity
+
+    @property
+    def slots(self) -> int:
+        return self.mask.size(0)
+
+    def step(self, prefix: Tensor) -> Tensor:
+        """Log-probabilities (R, V) of the next token after ``prefix`` (R, t), which starts with BOS."""
+        if self.steps >= self.capacity:
+            raise RuntimeError(f"decoding step {self.steps} beyond the cache's {self.capacity}")
+        # (R, 1), a fresh tensor: a view's strides would be guarded on (a new graph per length)
+        tokens = prefix[:, -1:].clone(memory_format=torch.contiguous_format)
+        if self.slots > tokens.size(0):  # dummy rows repeat the last real one
+            tokens = torch.cat([tokens, tokens[-1:].expand(self.slots - tokens.size(0), 1)])
+        logprobs = self.step_fn(
+            tokens, self.position, self.self_k, self.self_v, self.cross_k, self.cross_v, self.mask
+        )
+        self.position = self.position + 1
+        self.steps += 1
+        return logprobs[: self.live]
+
+    def reorder(self, index: Tensor, sources_changed: bool = True) -> None:
+        """Keep live rows ``index`` (R',), padded to the slot count ``row_slots`` picks."""
+        self.live = index.numel()
+        slots = row_slots(self.live, self.slots)
+        if slots > self.live:
+            index = torch.cat([index, index[-1:].expand(slots - self.live)])
+        self.self_k, self.spare_k = (
+            _gather(self.self_k, self.spare_k, index, self.steps),
+            self.self_k,
+        )
+        self.self_v, self.spare_v = (
+            _gather(self.self_v, self.spare_v, index, self.steps),
+            self.self_v,
+        )
+        if sources_changed or slots != self.mask.size(0):
+            self.cross_k = [k.index_select(0, index) for k in self.cross_k]
+            self.cross_v = [v.index_select(0, index) for v in self.cross_v]
+            self.mask = self.mask.index_select(0, index)
+
+
+def _gather(
+    buffers: list[Tensor], spares: list[Tensor], index: Tensor, written: int
+) -> list[Tensor]:
+    """Rows ``index`` of each (R, H, capacity, d) buffer, written into a spare of the new shape.
+
+    Only the ``written`` positions are copied: the rest are masked until a step overwrites
+    them, and whatever a recycled spare holds there is finite (keys of earlier steps or zeros).
+    """
+    out = []
+    for i, buffer in enumerate(buffers):
+        shape = (index.numel(), *buffer.shape[1:])
+        target = spares[i] if i < len(spares) and spares[i].shape == shape else None
+        if target is None:
+            target = buffer.new_zeros(shape)
+        torch.index_select(buffer[:, :, :written], 0, index, out=target[:, :, :written])
+        out.append(target)
+    return out

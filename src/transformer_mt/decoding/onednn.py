@@ -1,0 +1,63 @@
+"""fp32 matrix products through oneDNN on CPUs, for compiled decoding (``decode.compile=true``).
+
+PyTorch's CPU build sends ``F.linear`` in fp32 to MKL's GEMM, and on AMD processors MKL takes a
+slower code path: on the 2-core AMD EPYC where this was written, a (400 x 512) x (512 x 2048)
+product ran at about 155 GFLOP/s through MKL and 365 through oneDNN, which PyTorch ships too
+(``torch.ops.mkldnn._linear_pointwise``, the kernel Inductor itself emits for frozen weights).
+A decoding step of a base model is mostly such products, so the compiled step routes every
+``F.linear`` (and so every ``nn.Linear``) of an fp32 CPU tensor through oneDNN while it runs:
+
+    with onednn_linears(device):
+        logits = model.decode_step(...)
+
+The route is a ``TorchFunctionMode`` that torch.compile traces, around an opaque custom op (the
+weights are read as they are, never packed or copied, so a model that trains on keeps decoding
+with its current weights). Inference only: the op has no backward. On GPUs, on other dtypes and
+where PyTorch was built without oneDNN, ``onednn_linears`` does nothing.
+``benchmarks/decode.py`` prints the eager step with this route as its own row, so what the route
+gains and what compiling gains are read apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.overrides import TorchFunctionMode
+
+
+@torch.library.custom_op("transformer_mt::onednn_linear", mutates_args=())
+def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """x (..., in) · weightᵀ (in, out) + bias, by oneDNN's fp32 GEMM."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+@onednn_linear.register_fake
+def _(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return x.new_empty(*x.shape[:-1], weight.size(0))
+
+
+class OneDNNLinears(TorchFunctionMode):
+    """Routes ``F.linear`` of fp32 CPU tensors to ``onednn_linear``; everything else untouched."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.linear:
+            x, weight = args[0], args[1]
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            if x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32:
+                return onednn_linear(x, weight, bias)
+        return func(*args, **kwargs)
+
+
+# Read once: inside a compiled function the call would split the graph (dynamo skips torch.backends).
+AVAILABLE = torch.backends.mkldnn.is_available()
+
+
+def onednn_linears(device: torch.device) -> contextlib.AbstractContextManager:
+    """``OneDNNLinears()`` on a CPU whose PyTorch has oneDNN; a no-op context elsewhere."""
+    if device.type == "cpu" and AVAILABLE:
+        return OneDNNLinears()
+    return contextlib.nullcontext()

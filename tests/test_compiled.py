@@ -1,0 +1,120 @@
+"""Compiled decoding (issue #28, ``decode.compile=true``): eager's tokens from a compiled step over
+a fixed-capacity cache, and a whole test set compiled a bounded number of times."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from transformer_mt import Transformer, TransformerConfig
+from transformer_mt.decoding import DecodeConfig, beam_search, greedy_decode, translate
+from transformer_mt.decoding.compiled import CompiledDecoderState, compile_count, row_slots
+from transformer_mt.decoding.onednn import onednn_linears
+from transformer_mt.errors import UserError
+from transformer_mt.model.vocab import EOS_ID, PAD_ID
+
+
+def _sources(vocab: int, lengths: list[int], seed: int = 0) -> torch.Tensor:
+    """EOS-terminated random sources of ``lengths``, right-padded."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.full((len(lengths), max(lengths)), PAD_ID)
+    for row, n in enumerate(lengths):
+        src[row, : n - 1] = torch.randint(4, vocab, (n - 1,), generator=g)
+        src[row, n - 1] = EOS_ID
+    return src
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig(name="tiny", vocab_size=40)).eval()
+
+
+def test_row_slots_keep_the_batch_until_half_is_done_then_power_of_two_buckets() -> None:
+    assert row_slots(400, 400) == 400  # no padding on the first steps
+    assert row_slots(201, 400) == 400
+    assert row_slots(200, 400) == 256
+    assert [row_slots(n, 64) for n in (32, 17, 5, 1)] == [32, 32, 8, 8]
+    assert row_slots(2, 6) == 6  # never more rows than now
+
+
+def test_compiled_greedy_and_beam_give_eager_tokens(tiny: Transformer) -> None:
+    # Sources of different lengths end at different steps (length limit |x| + 2), so rows leave
+    # the batch mid-search: the compiled state's shrinking and dummy rows are exercised.
+    src = _sources(40, [3, 9, 5, 12, 4, 7, 2])
+    kwargs = dict(max_len_a=1.0, max_len_b=2)
+    assert greedy_decode(tiny, src, compile=True, **kwargs) == greedy_decode(tiny, src, **kwargs)
+    eager = beam_search(tiny, src, beam_size=3, n_best=2, **kwargs)
+    compiled = beam_search(tiny, src, beam_size=3, n_best=2, compile=True, **kwargs)
+    assert [[h.tokens for h in hs] for hs in compiled] == [[h.tokens for h in hs] for hs in eager]
+    for hs_c, hs_e in zip(compiled, eager):
+        for c, e in zip(hs_c, hs_e):
+            assert c.score == pytest.approx(e.score, abs=1e-4)
+
+
+def test_compiled_step_matches_the_eager_cache_position_by_position(tiny: Transformer) -> None:
+    """Log-probabilities of each step, not just argmaxes: the fixed-capacity cache with masked
+    positions and padded source computes what the growing cache does."""
+    from transformer_mt.decoding.state import DecoderState
+
+    src = _sources(40, [5, 11, 3])
+    eager, compiled = DecoderState(tiny, src), CompiledDecoderState(tiny, src, 1, max_tokens=6)
+    # rounded up to 32 keys and 16 source positions (masked), 3 rows to 8 (dummies)
+    assert compiled.capacity == 32 and compiled.mask.shape == (8, 1, 1, 16)
+    prefix = torch.full((3, 1), 2)
+    with torch.inference_mode():
+        for _ in range(6):
+            a, b = eager.step(prefix), compiled.step(prefix)
+            torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+            prefix = torch.cat([prefix, a.argmax(-1, keepdim=True)], dim=1)
+        with pytest.raises(RuntimeError, match="beyond the cache"):
+            for _ in range(32 - 6 + 1):  # the capacity, not the search, sets the bound here
+                compiled.step(prefix)
+
+
+def test_onednn_route_computes_linear() -> None:
+    x, layer = torch.randn(5, 3, 16), torch.nn.Linear(16, 7)
+    with torch.no_grad(), onednn_linears(torch.device("cpu")):
+        routed = layer(x)
+    torch.testing.assert_close(routed, torch.nn.functional.linear(x, layer.weight, layer.bias))
+
+
+def test_a_random_base_model_decodes_the_same_compiled() -> None:
+    torch.manual_seed(1)
+    model = Transformer(TransformerConfig(name="base", vocab_size=1000)).eval()
+    src = _sources(1000, [6, 10, 8])
+    kwargs = dict(max_len_a=0.0, max_len_b=6)
+    assert greedy_decode(model, src, compile=True, **kwargs) == greedy_decode(model, src, **kwargs)
+    eager = beam_search(model, src, beam_size=4, **kwargs)
+    compiled = beam_search(model, src, beam_size=4, compile=True, **kwargs)
+    assert [h[0].tokens for h in compiled] == [h[0].tokens for h in eager]
+
+
+def test_demo_test_set_decodes_the_same_with_a_bounded_number_of_graphs(demo_run) -> None:
+    from transformer_mt.checkpoint import load_model, run_data_config
+    from transformer_mt.data.sources import demo_files
+
+    model, tokenizer, _ = load_model(demo_run)
+    with open(demo_files(run_data_config(demo_run))["test"], encoding="utf-8") as f:
+        sources = [json.loads(line)["src"] for line in f]
+    for cfg in (DecodeConfig(batch_size=16), DecodeConfig(4, batch_size=16)):
+        eager = translate(model, tokenizer, sources, cfg)
+        before = compile_count(model)
+        compiled = translate(model, tokenizer, sources, replace(cfg, compile=True))
+        assert [r[0].tokens for r in compiled] == [r[0].tokens for r in eager]
+        graphs = compile_count(model) - before
+        # 7 length-sorted batches of 16 sentences: a handful of (rows, capacity, source)
+        # shapes, not one graph per batch or per step; a second pass compiles nothing
+        assert 1 <= graphs <= 8, graphs
+        translate(model, tokenizer, sources, replace(cfg, compile=True))
+        assert compile_count(model) - before == graphs
+
+
+def test_compile_is_refused_for_ct2_and_without_the_cache(tiny: Transformer) -> None:
+    with pytest.raises(UserError, match="decode.compile=true is for decode.engine=torch"):
+        DecodeConfig(engine="ct2", compile=True)
+    with pytest.raises(ValueError, match="needs use_cache=True"):
+        greedy_decode(tiny, _sources(40, [4]), use_cache=False, compile=True)
