@@ -9,6 +9,9 @@ tokens (EOS masked until then, then forced; CTranslate2 gets the same minimum an
 every decoder does the same work. Greedy and beam search (``--beam``), each:
 
 - ours, cached: the KV cache (``use_cache=True``), fp32;
+- ours, cached, oneDNN GEMMs, fp32: eager, with every fp32 ``F.linear`` sent to oneDNN instead
+  of MKL (``decoding/onednn.py``; the compiled variant does this too): what the kernel choice
+  alone gains, apart from compiling;
 - ours, cached, compiled, fp32 / int8: the cached step as one compiled graph over a fixed-capacity
   cache (``compile=True``, ``decode.compile=true``); its first call compiles and is timed apart,
   with the number of sentences after which compiling has paid for itself;
@@ -27,6 +30,7 @@ interleaved in one process (best of ``--repeats``), so the ratios are like for l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 import time
 import warnings
@@ -37,6 +41,7 @@ from machine import describe  # benchmarks/machine.py
 
 from transformer_mt import Transformer, TransformerConfig
 from transformer_mt.decoding import beam_search, greedy_decode, quantize_for_decoding
+from transformer_mt.decoding.onednn import onednn_linears
 from transformer_mt.model.vocab import EOS_ID
 
 
@@ -95,8 +100,18 @@ def main() -> None:
     ct2 = {} if args.no_ct2 else ct2_translators(model, tmp.name, args.threads)
     pieces = [[f"w{i}" for i in row[:-1].tolist()] for row in src]  # EOS: add_source_eos
 
-    def ours(net: Transformer, beam: int, use_cache: bool = True, compile: bool = False):
+    def ours(
+        net: Transformer,
+        beam: int,
+        use_cache: bool = True,
+        compile: bool = False,
+        onednn: bool = False,
+    ):
         def run() -> None:
+            with onednn_linears(torch.device("cpu")) if onednn else contextlib.nullcontext():
+                search()
+
+        def search() -> None:
             if beam == 1:
                 out = greedy_decode(net, src, use_cache=use_cache, compile=compile, **common)
                 assert all(len(o) == n for o in out)
@@ -132,6 +147,7 @@ def main() -> None:
     for beam in (1, args.beam):
         search = "greedy" if beam == 1 else f"beam {beam}"
         runs[(search, "ours, cached, fp32")] = ours(model, beam)
+        runs[(search, "ours, cached, oneDNN GEMMs, fp32")] = ours(model, beam, onednn=True)
         if not args.no_compile:
             runs[(search, "ours, cached, compiled, fp32")] = ours(model, beam, compile=True)
         runs[(search, "ours, cached, int8 (quantize_dynamic)")] = ours(quantized, beam)

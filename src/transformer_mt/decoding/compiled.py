@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch._inductor.compile_fx import compile_fx
 
-from transformer_mt.decoding.onednn import onednn_linears
+from transformer_mt.decoding.onednn import PackedWeights, onednn_linears, packed_weights
 from transformer_mt.model import Transformer
 from transformer_mt.model.cache import LayerCache, StaticDecoderCache, StaticLayerCache
 from transformer_mt.model.vocab import BOS_ID, PAD_ID
@@ -44,7 +44,7 @@ MIN_SLOTS = 8  # rows (sentences x beams) once the batch shrinks; fewer would sa
 RECOMPILE_LIMIT = 64
 
 _STEPS: weakref.WeakKeyDictionary[Transformer, Callable] = weakref.WeakKeyDictionary()
-_GRAPHS: weakref.WeakKeyDictionary[Transformer, int] = weakref.WeakKeyDictionary()
+_GRAPHS: weakref.WeakKeyDictionary[Transformer, CountingInductor] = weakref.WeakKeyDictionary()
 
 
 def bucket(n: int, minimum: int) -> int:
@@ -85,20 +85,34 @@ def _step(
     return logprobs
 
 
+class CountingInductor:
+    """torch.compile's default backend, counting the graphs it is given (dynamo calls its backend
+    once per new graph: a first compile or a recompile)."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+
+    def __call__(self, graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        self.graphs += 1
+        return compile_fx(graph, example_inputs)
+
+
 def compiled_step(model: Transformer) -> Callable[..., Tensor]:
     """The model's compiled step function (compiled lazily, once per shape, kept with the model)."""
     step = _STEPS.get(model)
     if step is None:
-
-        def inductor(graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
-            _GRAPHS[model] = _GRAPHS.get(model, 0) + 1  # dynamo calls its backend once per graph
-            return compile_fx(graph, example_inputs)
-
-        compiled = torch.compile(_step, backend=inductor, dynamic=False)
+        _GRAPHS[model] = counter = CountingInductor()
+        compiled = torch.compile(_step, backend=counter, dynamic=False)
+        weights, owner = PackedWeights(), weakref.ref(model)  # the cache must not keep the model
 
         def step(*args: Tensor | list[Tensor]) -> Tensor:
-            with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-                return compiled(model, *args)
+            net = owner()
+            weights.refresh(net)  # a model trained since the last step repacks
+            with (
+                torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT),
+                packed_weights(weights),
+            ):
+                return compiled(net, *args)
 
         _STEPS[model] = step
     return step
@@ -106,7 +120,8 @@ def compiled_step(model: Transformer) -> Callable[..., Tensor]:
 
 def compile_count(model: Transformer) -> int:
     """How many graphs the compiled step of ``model`` has built in this process."""
-    return _GRAPHS.get(model, 0)
+    counter = _GRAPHS.get(model)
+    return counter.graphs if counter is not None else 0
 
 
 class CompiledDecoderState:
