@@ -18,8 +18,9 @@ from pathlib import Path
 from transformer_mt.viz.curves import read_metrics
 
 
-def summary(run_dir: Path) -> list[str]:
-    """Lines describing the run in ``run_dir``."""
+def summary(run_dir: Path, step_tokens_per_s: float | None = None) -> list[str]:
+    """Lines describing the run in ``run_dir``; with ``step_tokens_per_s`` (a step benchmark's
+    figure for the same model and device), the run's median tokens/s as a ratio to it."""
     metrics = json.loads((run_dir / "metrics.json").read_text())
     logged = read_metrics(run_dir)
     tok_s = [v for _, v in logged.get("train/tok_s", [])]
@@ -33,6 +34,11 @@ def summary(run_dir: Path) -> list[str]:
             f"train target tokens/s (whole step, loader included): median {statistics.median(tok_s):,.0f}, "
             f"last {tok_s[-1]:,.0f} ({len(tok_s)} readings)"
         )
+        if step_tokens_per_s:
+            lines.append(
+                f"against the step benchmark's {step_tokens_per_s:,.0f} tokens/s: "
+                f"{statistics.median(tok_s) / step_tokens_per_s:.2f}x (aim: at least 0.85)"
+            )
     lines.append(
         f"test BLEU {metrics['test_bleu']} ({metrics['test_sentences']} sentences), "
         f"valid BLEU {metrics.get('val_bleu')}, test ppl {metrics.get('test_ppl')}"
@@ -45,10 +51,15 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("run_dir", type=Path)
+    parser.add_argument(
+        "--step-tokens-per-s",
+        type=float,
+        help="benchmarks/train_step.py's tokens/s for the same model and device: print the ratio",
+    )
     args = parser.parse_args()
     if not (args.run_dir / "metrics.json").is_file():
         sys.exit(f"error: {args.run_dir} has no metrics.json: is it a finished run directory?")
-    print("\n".join(summary(args.run_dir)))
+    print("\n".join(summary(args.run_dir, args.step_tokens_per_s)))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python benchmarks/train_step.py                     # CPU, 2 threads, base shape (the README figure)
     python benchmarks/train_step.py --device cuda --dtype bf16 --shapes base big --batch 256
+    python benchmarks/train_step.py --with-compiled     # eager and compiled (trainer.compile) steps
 
 A step is forward, label-smoothed loss (ε 0.1), backward and Adam(0.9, 0.98, 1e-9) on a batch of
 ``--batch`` sentences x ``--length`` tokens on each side, a tied ``--vocab``-token embedding and
@@ -31,7 +32,7 @@ from torch import nn
 
 from transformer_mt import Transformer, TransformerConfig
 from transformer_mt.config import OptimConfig
-from transformer_mt.loss import label_smoothed_nll
+from transformer_mt.loss import label_smoothed_nll, translation_loss
 from transformer_mt.model.embeddings import SinusoidalPositionalEncoding
 from transformer_mt.optim import build_optimizer
 
@@ -146,6 +147,12 @@ def main() -> None:
     )
     parser.add_argument("--compile", action="store_true", help="torch.compile our model")
     parser.add_argument(
+        "--with-compiled",
+        action="store_true",
+        help="also time our step with forward and loss compiled as trainer.compile=true does "
+        "(transformer_mt.loss.translation_loss through torch.compile), beside the eager one",
+    )
+    parser.add_argument(
         "--levers",
         action="store_true",
         help="also time our model with fused Adam, with torch.compile, and on the explicit-weights path",
@@ -184,7 +191,7 @@ def main() -> None:
         cfg = TransformerConfig(
             name=shape, vocab_size=args.vocab, dropout=0.1, attention_dropout=0.0, **SHAPES[shape]
         )
-        # name -> (model, forward(model) -> logits, fused Adam?)
+        # name -> (model, forward(model) -> logits or (loss, nll), fused Adam?)
         variants: dict[str, tuple[nn.Module, object, bool]] = {}
         fused_default = device == "cuda"  # the baseline's Adam: PyTorch's default for the device
 
@@ -203,6 +210,13 @@ def main() -> None:
                 args.vocab, cfg.n_layers, cfg.d_model, cfg.d_ff, cfg.n_heads, 0.1
             ).to(device)
             variants["nn.Transformer"] = (baseline, plain, fused_default)
+        if args.with_compiled:
+            compiled_loss = torch.compile(translation_loss)
+
+            def compiled_step(model, compiled_loss=compiled_loss):
+                return compiled_loss(model, src, tgt_in, tgt_out, 0.1)
+
+            variants["ours, compiled step"] = (Transformer(cfg).to(device), compiled_step, True)
         if args.levers:
             variants["ours, unfused Adam"] = (Transformer(cfg).to(device), plain, fused_default)
             compiled = Transformer(cfg).to(device)
@@ -222,8 +236,10 @@ def main() -> None:
             _sync(device)
             t = time.perf_counter()
             with torch.autocast(device, dtype=dtype, enabled=dtype != torch.float32):
-                logits = forward(model)
-                loss, _ = label_smoothed_nll(logits, tgt_out, 0.1)
+                out = forward(model)  # logits, or (loss, nll) from a compiled step
+                loss = (
+                    out[0] if isinstance(out, tuple) else label_smoothed_nll(out, tgt_out, 0.1)[0]
+                )
             (loss / n_tokens).backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -259,11 +275,14 @@ def main() -> None:
             )
         if device == "cuda":
             steps = args.paper_steps or PAPER_STEPS.get(shape, 100_000)
-            hours = steps * medians["transformer_mt"] * (25000 / n_tokens) / 3600
-            print(
-                f"projected {steps:,} steps of 25k target tokens on this one device: "
-                f"{hours:.1f} h (the paper: 12 h for base, 3.5 days for big, on 8 P100s)"
-            )
+            for name in ("transformer_mt", "ours, compiled step"):
+                if name not in medians:
+                    continue
+                hours = steps * medians[name] * (25000 / n_tokens) / 3600
+                print(
+                    f"projected {steps:,} steps of 25k target tokens on this one device, {name}: "
+                    f"{hours:.1f} h (the paper: 12 h for base, 3.5 days for big, on 8 P100s)"
+                )
 
 
 if __name__ == "__main__":

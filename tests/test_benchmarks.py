@@ -74,9 +74,22 @@ def test_memory_reports_both_attention_paths() -> None:
 
 
 def test_decode_benchmark_runs_every_variant() -> None:
-    out = _run("decode.py", "--sentences", "2", "--length", "3", "--vocab", "50", "--repeats", "1")
+    # --no-compile: compiling the base shape takes a minute (tests/test_compiled.py compiles)
+    out = _run(
+        "decode.py",
+        "--sentences",
+        "2",
+        "--length",
+        "3",
+        "--vocab",
+        "50",
+        "--repeats",
+        "1",
+        "--no-compile",
+    )
     assert "cached/uncached, greedy:" in out and "cached/uncached, beam 4:" in out
     assert out.count("int8 (quantize_dynamic)") == 2
+    assert out.count("oneDNN GEMMs, fp32") == 2 and "compiled" not in out
     if importlib.util.find_spec("ctranslate2"):  # the same weights in CTranslate2, both searches
         rows = [line for line in out.splitlines() if line.startswith(("greedy ", "beam 4 "))]
         assert (
@@ -93,6 +106,13 @@ def test_padding_benchmark_compares_bucketed_and_random_batches() -> None:
     bucketed = float(out.split("length-bucketed (ours)")[1].split()[0].rstrip("%"))
     shuffled = float(out.split("random order")[1].split()[0].rstrip("%"))
     assert bucketed < shuffled  # the point of bucketing
+
+    def row(name: str) -> list[str]:
+        return out.split(name)[1].split()[:3]  # padding, batches, shapes
+
+    plain, x16 = row("length-bucketed (ours)"), row("ours, widths rounded up to x16")
+    # rounding costs padding and buys far fewer shapes (graphs of a compiled step)
+    assert float(x16[0].rstrip("%")) > bucketed and int(x16[2]) * 4 < int(plain[2])
 
 
 def test_loop_overhead_compares_the_bare_and_the_lightning_loop() -> None:

@@ -163,6 +163,10 @@ class DataConfig:
     input_sentence_size: int = 2_000_000  # sentences sampled (seeded) to train SentencePiece
     max_len: int = 128  # training pairs longer than this (in pieces) are dropped and counted
     max_tokens: int = 4_096  # padded tokens per batch, per side, per device
+    # Batch widths rounded up to a multiple of this (1: the longest sentence). A compiled
+    # training step (trainer.compile=true, which sets 16 when this is left at 1) then meets a
+    # few shapes instead of one per length; benchmarks/padding.py prints what it costs.
+    pad_multiple: int = 1
     valid_max_sentences: int = 1_000  # sentences decoded for validation BLEU each epoch
     num_proc: int = 1  # processes for tokenization (Dataset.map)
     num_workers: int = 0  # DataLoader workers
@@ -206,6 +210,10 @@ class DataConfig:
             raise UserError(
                 f"data.eflomal_links must be one of {', '.join(EFLOMAL_LINKS)}, "
                 f"got {self.eflomal_links!r}"
+            )
+        if self.pad_multiple < 1:
+            raise UserError(
+                f"data.pad_multiple={self.pad_multiple} must be 1 (no rounding) or more"
             )
         if self.max_tokens < self.max_len + 2:
             raise UserError(
@@ -269,7 +277,8 @@ class TrainerConfig:
     deterministic: Any = False
     enable_progress_bar: bool = True
     # Not lightning.Trainer arguments (train.py takes them out first):
-    compile: bool = False  # torch.compile the model
+    # torch.compile the training step (forward and loss; data.pad_multiple 16 unless set)
+    compile: bool = False
     on_nonfinite_loss: str = "stop"  # "stop" (raise, naming the step and batch) or "skip" the step
     loggers: list[str] = field(default_factory=lambda: ["csv", "tensorboard"])  # + wandb, mlflow
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import lightning as L
@@ -80,11 +81,12 @@ class TranslationDataModule(L.LightningDataModule):
             seed=self.seed,
             num_replicas=trainer.world_size if trainer else 1,
             rank=trainer.global_rank if trainer else 0,
+            pad_multiple=self.cfg.pad_multiple,
         )
         return DataLoader(
             rows,  # a batch's rows read from the Arrow memory map, padded by numpy
             batch_sampler=sampler,
-            collate_fn=collate_columns,
+            collate_fn=functools.partial(collate_columns, pad_multiple=self.cfg.pad_multiple),
             num_workers=self.cfg.num_workers,
             # Its own generator: creating an iterator then draws no number from the global one,
             # whose state (dropout's) an exact resume restores.

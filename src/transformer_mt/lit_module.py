@@ -6,6 +6,7 @@ logging, and validation/test decoding for SacreBLEU. The model knows none of the
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -22,7 +23,8 @@ from transformer_mt.config import DecodeConfig, OptimConfig, TransformerConfig
 from transformer_mt.data.batching import Batch
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.decoding import decode_batch
-from transformer_mt.loss import alignment_loss, label_smoothed_nll
+from transformer_mt.decoding.compiled import CountingInductor
+from transformer_mt.loss import alignment_loss, guided_translation_loss, translation_loss
 from transformer_mt.metrics import corpus_bleu
 from transformer_mt.model import Transformer
 from transformer_mt.optim import build_optimizer
@@ -88,7 +90,9 @@ class TranslationModule(L.LightningModule):
         self.extraction = Extraction(**extract) if extract else ARGMAX
         self.batch_in_flight: Batch | None = None  # for error messages (out of memory)
         self.validated_at_step: int | None = None  # the step of the last validation
-        self._compiled = False
+        # trainer.compile: translation_loss and guided_translation_loss compiled (configure_model)
+        self.compiled_loss = self.compiled_guided_loss = None
+        self.compile_counter: CountingInductor | None = None
         self._outputs: dict[str, dict[int, list[int]]] = {}  # split -> row -> hypothesis ids
         self._nll: dict[str, list] = {}  # split -> [summed NLL, target tokens]
 
@@ -104,22 +108,55 @@ class TranslationModule(L.LightningModule):
         return cls(asdict(model), asdict(optim), asdict(decode), tokenizer_path, **kwargs)
 
     def configure_model(self) -> None:
-        if self.compile_model and not self._compiled:
-            self.model.compile()  # in place: parameter names (and checkpoints) stay the same
-            self._compiled = True
+        if self.compile_model and self.compile_counter is None:
+            # The functions are compiled, not the model: parameter names (and checkpoints) stay.
+            self.compile_counter = CountingInductor()
+            self.compiled_loss = torch.compile(translation_loss, backend=self.compile_counter)
+            self.compiled_guided_loss = torch.compile(
+                guided_translation_loss, backend=self.compile_counter
+            )
 
-    def _step(self, batch: Batch) -> tuple[Tensor, Tensor, int]:
-        logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
-        loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.model_cfg.label_smoothing)
+    @staticmethod
+    def _run_compiled(fn, batch: Batch, *args):
+        """``fn(model, src, tgt_in, tgt_out, *args)`` compiled: one graph per padded (source,
+        target) width (``data.pad_multiple``). The batch size varies with token batching and is
+        left symbolic; no width turns symbolic behind our back (automatic dynamic shapes would
+        trade the buckets for slower code)."""
+        for t in (batch.src, batch.tgt_in, batch.tgt_out):
+            torch._dynamo.maybe_mark_dynamic(t, 0)
+        with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+            return fn(batch.src, batch.tgt_in, batch.tgt_out, *args)
+
+    def _step(self, batch: Batch, train: bool = False) -> tuple[Tensor, Tensor, int]:
+        eps = self.model_cfg.label_smoothing
+        if train and self.compiled_loss is not None:
+            loss, nll = self._run_compiled(
+                functools.partial(self.compiled_loss, self.model), batch, eps
+            )
+        else:
+            loss, nll = translation_loss(self.model, batch.src, batch.tgt_in, batch.tgt_out, eps)
         return loss, nll, batch.n_tgt_tokens
+
+    def on_train_epoch_end(self) -> None:
+        if self.compile_counter is not None:  # recompiles are what trainer.compile must bound
+            self.log("train/compiled_graphs", float(self.compile_counter.graphs))
 
     def _guided_step(self, batch: Batch) -> tuple[Tensor, Tensor, int, Tensor]:
         """``_step`` plus the alignment loss of the guided head (Garg et al. 2019)."""
         reading = self.reading
-        logits, weights = self.model.forward_with_head(
-            batch.src, batch.tgt_in, reading.layer - 1, reading.head - 1, reading.full_context
+        args = (
+            self.model_cfg.label_smoothing,
+            reading.layer - 1,
+            reading.head - 1,
+            reading.full_context,
         )
-        loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.model_cfg.label_smoothing)
+        if self.compiled_guided_loss is not None:
+            fn = functools.partial(self.compiled_guided_loss, self.model)
+            loss, nll, weights = self._run_compiled(fn, batch, *args)
+        else:
+            loss, nll, weights = guided_translation_loss(
+                self.model, batch.src, batch.tgt_in, batch.tgt_out, *args
+            )
         # Lightning moved the batch, these tensors included, to the device
         align = alignment_loss(
             weights, batch.align_index, batch.align_weight, batch.align_rows, reading.shift
@@ -136,7 +173,7 @@ class TranslationModule(L.LightningModule):
             # accumulated on the device, read once at the epoch's end (no host read per step)
             self.log("train/align_kl", align.detach(), on_step=False, on_epoch=True, batch_size=1)
         else:
-            loss, nll, n_tokens = self._step(batch)
+            loss, nll, n_tokens = self._step(batch, train=True)
             mean = loss / n_tokens  # per-token mean, as above
         return self.steps.record(self, mean, nll, n_tokens, batch, batch_idx)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from transformer_mt.model import Transformer
 from transformer_mt.model.vocab import PAD_ID
 
 
@@ -26,9 +27,36 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[
     """
     lprobs = logits.float().log_softmax(dim=-1)  # (B, T, V)
     real = target != PAD_ID  # (B, T)
-    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)[real]  # (N,)
-    smooth = -lprobs.mean(dim=-1)[real]  # (N,): cross-entropy with the uniform distribution
+    # Masked sums, not boolean indexing: no data-dependent shape (torch.compile keeps one graph)
+    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1) * real  # (B, T)
+    smooth = -lprobs.mean(dim=-1) * real  # (B, T): cross-entropy with the uniform distribution
     return ((1.0 - epsilon) * nll + epsilon * smooth).sum(), nll.sum()
+
+
+def translation_loss(
+    model: Transformer, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float
+) -> tuple[Tensor, Tensor]:
+    """``label_smoothed_nll`` of the model's teacher-forced logits: the training step's forward
+    pass in one function, which ``trainer.compile=true`` compiles as one graph."""
+    return label_smoothed_nll(model(src, tgt_in), tgt_out, epsilon)
+
+
+def guided_translation_loss(
+    model: Transformer,
+    src: Tensor,
+    tgt_in: Tensor,
+    tgt_out: Tensor,
+    epsilon: float,
+    layer: int,
+    head: int,
+    full_context: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``translation_loss`` that also returns the guided head's (B, T, S) weights
+    (``Transformer.forward_with_head``, 0-based ``layer``/``head``); ``alignment_loss`` is applied
+    to them outside, where the batch's variable number of links does not change the graph."""
+    logits, weights = model.forward_with_head(src, tgt_in, layer, head, full_context)
+    loss, nll = label_smoothed_nll(logits, tgt_out, epsilon)
+    return loss, nll, weights
 
 
 def alignment_loss(

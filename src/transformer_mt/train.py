@@ -101,10 +101,20 @@ def prepare_run_dir(cfg: DictConfig) -> tuple[Path, Path | None]:
     return out, resume_from
 
 
+COMPILE_PAD_MULTIPLE = 16
+
+
 def build_data(cfg: DictConfig, out: Path) -> TranslationDataModule:
     """The corpus, tokenizer and splits (built once, or loaded from the cache); the tokenizer is
     copied into the run directory so that it is self-contained."""
-    datamodule = TranslationDataModule(OmegaConf.to_object(cfg.data), seed=cfg.seed)
+    data_cfg: DataConfig = OmegaConf.to_object(cfg.data)
+    if cfg.trainer.compile and data_cfg.pad_multiple == 1:
+        # one compiled graph per padded shape: widths in steps of 16, not one per length
+        data_cfg.pad_multiple = COMPILE_PAD_MULTIPLE
+        log.info(
+            "trainer.compile=true: batch widths padded to multiples of %d", COMPILE_PAD_MULTIPLE
+        )
+    datamodule = TranslationDataModule(data_cfg, seed=cfg.seed)
     datamodule.setup("fit")  # Lightning's own calls then return at once
     shutil.copyfile(datamodule.tokenizer.path, out / "tokenizer.model")
     return datamodule

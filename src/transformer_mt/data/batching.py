@@ -78,13 +78,21 @@ def pad(seqs: Sequence[Sequence[int]], value: int = PAD_ID) -> Tensor:
     return torch.from_numpy(_pad_flat(flat, lens, value))
 
 
-def _pad_flat(values: np.ndarray, lens: np.ndarray, value: int = PAD_ID) -> np.ndarray:
-    """Sequences stored end to end (``values``, lengths ``lens``) -> (B, max_len), right-padded.
+def round_up(n: np.ndarray | int, multiple: int) -> np.ndarray | int:
+    """``n`` rounded up to a multiple of ``multiple`` (1: unchanged)."""
+    return -(-n // multiple) * multiple
+
+
+def _pad_flat(
+    values: np.ndarray, lens: np.ndarray, value: int = PAD_ID, multiple: int = 1
+) -> np.ndarray:
+    """Sequences stored end to end (``values``, lengths ``lens``) -> (B, width), right-padded,
+    width the longest length rounded up to a multiple of ``multiple``.
 
     One boolean-mask assignment: the mask's True cells, read row by row, are exactly the
     sequences' positions in order, so no Python runs per sentence.
     """
-    width = int(lens.max())
+    width = int(round_up(int(lens.max()), multiple))
     out = np.full((len(lens), width), value, dtype=np.int64)
     out[np.arange(width) < lens[:, None]] = values
     return out
@@ -103,10 +111,15 @@ class Columns:
     links_lens: np.ndarray | None = None  # (B,) each sentence's share of ``links``
 
 
-def collate_columns(cols: Columns) -> Batch:
-    """Pad a batch and shift its target (BOS + y in, y + EOS out) with whole-array numpy ops."""
-    src = _pad_flat(cols.src, cols.src_lens)
-    tgt_out = _pad_flat(cols.tgt, cols.tgt_lens)
+def collate_columns(cols: Columns, pad_multiple: int = 1) -> Batch:
+    """Pad a batch and shift its target (BOS + y in, y + EOS out) with whole-array numpy ops.
+
+    Args:
+        pad_multiple: each side's width is rounded up to a multiple of this (``data.pad_multiple``):
+            a compiled training step then meets a few shapes instead of one per length.
+    """
+    src = _pad_flat(cols.src, cols.src_lens, multiple=pad_multiple)
+    tgt_out = _pad_flat(cols.tgt, cols.tgt_lens, multiple=pad_multiple)
     tgt_in = np.empty_like(tgt_out)
     tgt_in[:, 0] = BOS_ID
     tgt_in[:, 1:] = tgt_out[:, :-1]
@@ -241,6 +254,9 @@ class TokenRows(torch.utils.data.Dataset):
 class TokenBatchSampler(Sampler[list[int]]):
     """Batches of at most ``max_tokens`` padded tokens on each side, of similar lengths.
 
+    With ``pad_multiple`` > 1 the lengths are counted rounded up to that multiple, as
+    ``collate_columns(..., pad_multiple)`` pads them.
+
     Each epoch the order is drawn from ``seed + epoch``: sentences are sorted by length
     with random tie-breaking, cut into batches that fill the token budget, and the batches
     shuffled. Under data parallelism, rank r takes every ``num_replicas``-th batch, and the
@@ -257,10 +273,13 @@ class TokenBatchSampler(Sampler[list[int]]):
         seed: int = 0,
         num_replicas: int = 1,
         rank: int = 0,
+        pad_multiple: int = 1,
     ) -> None:
-        self.lens = np.maximum(
-            np.asarray(src_lens), np.asarray(tgt_lens) + 1
-        )  # + BOS on the target side
+        # + BOS on the target side; widths as collate_columns pads them, so that the budget
+        # holds for the padded batch and batches group by padded width
+        self.lens = round_up(
+            np.maximum(np.asarray(src_lens), np.asarray(tgt_lens) + 1), pad_multiple
+        )
         too_long = np.flatnonzero(self.lens > max_tokens)
         if too_long.size:
             raise ValueError(

@@ -57,6 +57,8 @@ def without_trivial(mask: Tensor) -> Tensor | None:
     without one; the mask itself otherwise (on a GPU the check would cost a device sync,
     and masks cost little there). Called once per stack, not per layer.
     """
+    if torch.compiler.is_compiling():  # reading a value would split the graph
+        return mask
     if mask.device.type == "cpu" and bool(mask.all()):
         return None
     return mask
