@@ -279,6 +279,9 @@ class TrainerConfig:
     # Not lightning.Trainer arguments (train.py takes them out first):
     # torch.compile the training step (forward and loss; data.pad_multiple 16 unless set)
     compile: bool = False
+    # with compile: source and target widths symbolic too (one graph, no rounding) instead of
+    # one graph per width rounded to data.pad_multiple
+    compile_dynamic: bool = False
     on_nonfinite_loss: str = "stop"  # "stop" (raise, naming the step and batch) or "skip" the step
     loggers: list[str] = field(default_factory=lambda: ["csv", "tensorboard"])  # + wandb, mlflow
 
