@@ -139,9 +139,9 @@ def _series(run_dir: Path, name: str) -> list[tuple[int, float]]:
 
 def _poison(monkeypatch, at_call: int) -> None:
     """Make the label-smoothed loss NaN on its ``at_call``-th training call."""
-    from transformer_mt import lit_module
+    from transformer_mt import loss as losses  # translation_loss looks it up there
 
-    real, calls = lit_module.label_smoothed_nll, {"n": 0}
+    real, calls = losses.label_smoothed_nll, {"n": 0}
 
     def poisoned(logits, target, epsilon):
         loss, nll = real(logits, target, epsilon)
@@ -151,7 +151,7 @@ def _poison(monkeypatch, at_call: int) -> None:
                 loss = loss * float("nan")
         return loss, nll
 
-    monkeypatch.setattr(lit_module, "label_smoothed_nll", poisoned)
+    monkeypatch.setattr(losses, "label_smoothed_nll", poisoned)
 
 
 def test_a_nonfinite_loss_stops_naming_step_and_batch(tmp_path, monkeypatch) -> None:
