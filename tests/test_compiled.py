@@ -27,6 +27,14 @@ def _sources(vocab: int, lengths: list[int], seed: int = 0) -> torch.Tensor:
     return src
 
 
+@pytest.fixture
+def traced_only(monkeypatch) -> None:
+    """Dynamo traces and counts graphs, no Inductor code generation: for the tests of shapes,
+    counts and cache logic (a cold Inductor compile costs seconds a graph). The tests of
+    Inductor's output (tiny and base models) compile for real."""
+    monkeypatch.setenv("TRANSFORMER_MT_COMPILE_BACKEND", "eager")
+
+
 @pytest.fixture(scope="module")
 def tiny() -> Transformer:
     """One layer: compiling costs by the operation, and a cold Inductor cache (CI) pays it all."""
@@ -99,7 +107,9 @@ def test_a_random_base_model_decodes_the_same_compiled() -> None:
     assert compile_count(model) == 1
 
 
-def test_demo_test_set_decodes_the_same_with_a_bounded_number_of_graphs(demo_run) -> None:
+def test_demo_test_set_decodes_the_same_with_a_bounded_number_of_graphs(
+    demo_run, traced_only
+) -> None:
     from transformer_mt.checkpoint import load_model, run_data_config
     from transformer_mt.data.sources import demo_files
 

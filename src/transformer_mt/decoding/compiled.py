@@ -21,6 +21,7 @@ fp32 matrix products of both go through oneDNN (``onednn.py``). Outputs are eage
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Callable
 
@@ -86,15 +87,22 @@ def _step(
 
 
 class CountingInductor:
-    """torch.compile's default backend, counting the graphs it is given (dynamo calls its backend
-    once per new graph: a first compile or a recompile)."""
+    """torch.compile's default backend (Inductor), counting the graphs it is given (dynamo calls
+    its backend once per new graph: a first compile or a recompile).
+
+    ``TRANSFORMER_MT_COMPILE_BACKEND=eager`` (or another dynamo backend's name) traces and counts
+    the same graphs without generating code: the tests of graph counts and cache logic use it,
+    as a cold Inductor compile costs seconds per graph.
+    """
 
     def __init__(self) -> None:
         self.graphs = 0
+        name = os.environ.get("TRANSFORMER_MT_COMPILE_BACKEND")
+        self.backend = torch._dynamo.lookup_backend(name) if name else compile_fx
 
     def __call__(self, graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
         self.graphs += 1
-        return compile_fx(graph, example_inputs)
+        return self.backend(graph, example_inputs)
 
 
 def compiled_step(model: Transformer) -> Callable[..., Tensor]:
@@ -106,14 +114,13 @@ def compiled_step(model: Transformer) -> Callable[..., Tensor]:
         weights, owner = PackedWeights(), weakref.ref(model)  # the cache must not keep the model
 
         def step(*args: Tensor | list[Tensor]) -> Tensor:
-            net = owner()
-            weights.refresh(net)  # a model trained since the last step repacks
             with (
                 torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT),
                 packed_weights(weights),
             ):
-                return compiled(net, *args)
+                return compiled(owner(), *args)
 
+        step.weights = weights  # refreshed once per search (CompiledDecoderState), not per step
         _STEPS[model] = step
     return step
 
@@ -137,6 +144,7 @@ class CompiledDecoderState:
 
     def __init__(self, model: Transformer, src: Tensor, expand: int, max_tokens: int) -> None:
         self.model, self.step_fn = model, compiled_step(model)
+        self.step_fn.weights.refresh(model)  # a model trained since the last search repacks
         with onednn_linears(src.device):  # the encoder runs eagerly, once per batch
             memory, mask = model.encode(src)  # (B, S, D), (B, 1, 1, S)
             pad = bucket(src.size(1), MIN_SOURCE) - src.size(1)
