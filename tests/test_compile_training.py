@@ -32,11 +32,11 @@ def _batch(lengths: list[int], vocab: int, width: int, seed: int) -> Batch:
     return Batch(src, tgt_in, tgt_out, torch.arange(B), n_tgt_tokens=sum(lengths))
 
 
-def _module(compile: bool) -> TranslationModule:
+def _module(compile: bool | str, vocab_size: int = 30) -> TranslationModule:
     torch.manual_seed(0)
     # one layer: compiling costs by the operation, and a cold Inductor cache (CI) pays it all
     model = TransformerConfig(
-        name="test", n_layers=1, d_model=16, d_ff=32, n_heads=2, dropout=0.1, vocab_size=30
+        name="test", n_layers=1, d_model=16, d_ff=32, n_heads=2, dropout=0.1, vocab_size=vocab_size
     )
     module = TranslationModule(
         asdict(model), asdict(OptimConfig()), asdict(DecodeConfig()), compile=compile
@@ -133,17 +133,7 @@ def test_an_epoch_of_padded_demo_batches_compiles_a_bounded_number_of_graphs(
     unpadded = {(int(src_lens[b].max()), int(tgt_lens[b].max())) for b in plain}
     assert len(unpadded) >= 2 * len(rounded)
 
-    module = TranslationModule(
-        asdict(
-            TransformerConfig(
-                name="test", n_layers=1, d_model=16, d_ff=32, n_heads=2, vocab_size=300
-            )
-        ),
-        asdict(OptimConfig()),
-        asdict(DecodeConfig()),
-        compile=True,
-    )
-    module.configure_model()
+    module = _module(compile=True, vocab_size=300)
     with torch.no_grad():  # the forward graphs are what recompiles; each has one backward
         for batch in batches:
             module._step(batch, train=True)
