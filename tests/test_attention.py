@@ -141,3 +141,26 @@ def test_narrow_keys_follow_the_formula_with_their_own_scale() -> None:
         heads.append(((qh @ kh.T) / math.sqrt(2)).softmax(-1) @ vh)
     expected = mha.out(torch.cat(heads, dim=-1))
     torch.testing.assert_close(mha(x)[0][0], expected)
+
+
+def test_a_cache_shared_by_groups_of_rows_attends_like_one_copy_per_row() -> None:
+    """One-query steps against K/V held once per sentence (compiled beam search) give what
+    K/V copied to each beam give; an uneven grouping is refused."""
+    from transformer_mt.model.attention import _one_query_attention
+
+    torch.manual_seed(0)
+    sentences, beams, H, S, d = 3, 4, 2, 7, 8
+    q = torch.randn(sentences * beams, H, 1, d)
+    k, v = torch.randn(sentences, H, S, d), torch.randn(sentences, H, S, d)
+    mask = torch.rand(sentences, 1, 1, S) > 0.3
+    mask[:, ..., 0] = True
+    shared = _one_query_attention(q, k, v, mask)
+    copied = _one_query_attention(q, *(t.repeat_interleave(beams, 0) for t in (k, v, mask)))
+    torch.testing.assert_close(shared, copied)
+    reference = F.scaled_dot_product_attention(
+        q, k.repeat_interleave(beams, 0), v.repeat_interleave(beams, 0),
+        attn_mask=mask.repeat_interleave(beams, 0),
+    )  # fmt: skip
+    torch.testing.assert_close(shared, reference, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="cannot share a cache of 5 rows evenly"):
+        _one_query_attention(q, k.new_zeros(5, H, S, d), v.new_zeros(5, H, S, d), None)

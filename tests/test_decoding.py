@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import pytest
@@ -68,20 +69,53 @@ def test_batched_greedy_equals_one_by_one_uncached(tiny_cfg: TransformerConfig) 
         assert EOS_ID not in hyp and len(hyp) <= len(src) + 5
 
 
-def test_int8_quantization_for_decoding_keeps_cross_attention_projections_fp32(tiny_cfg) -> None:
+def test_int8_quantization_for_decoding_covers_every_linear_layer(tiny_cfg) -> None:
     from torch import nn
 
     from transformer_mt.decoding import quantize_for_decoding
+    from transformer_mt.decoding.quantize import Int8Linear, Int8RowBlocks
 
     model = Transformer(tiny_cfg).eval()
     assert quantize_for_decoding(model, None) is model
     quantized = quantize_for_decoding(model, "int8")
+    assert not any(type(m) is nn.Linear for m in quantized.modules())
     kinds = {name: type(m) for name, m in quantized.named_modules()}
-    assert kinds["decoder.layers.0.cross_attn.qkv"] is nn.Linear  # read in row blocks
-    assert kinds["decoder.layers.0.self_attn.qkv"] is not nn.Linear  # int8
-    assert kinds["generator"] is not nn.Linear
+    assert kinds["decoder.layers.0.self_attn.qkv"] is Int8Linear
+    assert kinds["generator"] is Int8Linear
+    # cross-attention's stacked projection: a query block and a key/value block, each as
+    # close to its fp32 rows as a layer of its own
+    blocks = quantized.decoder.layers[0].cross_attn.qkv
+    fp32 = model.decoder.layers[0].cross_attn.qkv
+    assert type(blocks) is Int8RowBlocks
+    x = torch.randn(4, tiny_cfg.d_model)
+    width = model.decoder.layers[0].cross_attn.qk_width
+    for start, stop in ((0, width), (width, None)):
+        reference = (x @ fp32.weight[start:stop].T + fp32.bias[start:stop]).detach()
+        error = (blocks.rows(start, stop)(x) - reference).abs().max() / reference.abs().max()
+        assert error < 0.03, (start, error)
     assert type(model.generator) is nn.Linear  # the original is left alone
     src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])
     assert len(greedy_decode(quantized, src, max_len_b=4)) == 2
     with pytest.raises(ValueError, match="quantize='int4': use int8 or None"):
         quantize_for_decoding(model, "int4")
+
+
+def test_int8_linear_is_close_to_fp32_and_compiles_without_a_graph_break() -> None:
+    from torch import nn
+
+    from transformer_mt.decoding.quantize import _PACKED, Int8Linear
+
+    torch.manual_seed(0)
+    layer = nn.Linear(64, 48)
+    x = torch.randn(3, 5, 64)
+    int8 = Int8Linear(layer)
+    # per-row weight scales, per-call input scale: one int8 step of rounding on each side
+    reference = layer(x).detach()
+    error = (int8(x) - reference).abs().max() / reference.abs().max()
+    assert 0 < error < 0.03, error  # rounded, so not exact, but close
+    assert (int8.weight.abs() <= 127).all() and int8.weight.dtype == torch.int8
+    twin = copy.deepcopy(int8)  # packs its own weight: the packing is keyed by the weight
+    torch.testing.assert_close(twin(x), int8(x))
+    assert _PACKED[twin.weight] is not _PACKED[int8.weight]
+    explained = torch._dynamo.explain(int8)(x)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
