@@ -11,7 +11,11 @@ built for fixed shapes and fixed Python values, so the state here differs from
   the positions not yet written are masked rather than sliced off;
 - the encoder output is padded to a power of two of positions (masked);
 - the rows (sentences x beams) stay as many as the first step had until the live ones fit in
-  half of them, then shrink to a power of two (dummy rows pad it), never below ``MIN_SLOTS``.
+  half of them, then shrink to a power of two of sentences (dummy sentences pad it), never
+  below ``MIN_SLOTS`` rows;
+- the cross-attention K/V and the source mask are held once per sentence, not once per beam:
+  a sentence's beams attend as one block of queries (``attention._one_query_attention``), so
+  beam search reads each source's keys once per step and never copies them per beam.
 
 A test set of length-sorted batches therefore compiles a handful of graphs, not one per batch;
 ``compile_count`` says how many. The encoder runs once per batch and stays eager. On CPUs the
@@ -53,13 +57,13 @@ def bucket(n: int, minimum: int) -> int:
     return max(minimum, 1 << max(n - 1, 0).bit_length())
 
 
-def row_slots(live: int, current: int) -> int:
-    """Rows to run for ``live`` live rows when ``current`` run now: keep ``current`` while the
-    live rows need more than half of it, else the power-of-two bucket that holds them (at
-    least ``MIN_SLOTS``, never more than ``current``)."""
+def row_slots(live: int, current: int, minimum: int = MIN_SLOTS) -> int:
+    """Slots to run for ``live`` live ones when ``current`` run now: keep ``current`` while the
+    live ones need more than half of it, else the power-of-two bucket that holds them (at
+    least ``minimum``, never more than ``current``)."""
     if 2 * live > current:
         return current
-    return min(current, bucket(live, MIN_SLOTS))
+    return min(current, bucket(live, minimum))
 
 
 def _step(
@@ -105,6 +109,33 @@ class CountingInductor:
         return self.backend(graph, example_inputs)
 
 
+class BufferPool:
+    """The self-attention buffers of a model's last compiled search, reused by the next one.
+
+    A fresh multi-MB buffer costs a zero fill and a page fault per 4 KiB on first touch (the
+    allocator hands large blocks back to the system): for 100 sentences x 4 beams of a base
+    model that was about a tenth of the search. The pool holds one search's buffers (self
+    and spare, every layer) while the model lives, and nothing more: each search's leftovers
+    replace the previous ones. Every buffer holds finite numbers (zeros or earlier keys and
+    values), which is all a masked, unwritten position needs.
+    """
+
+    def __init__(self) -> None:
+        self.free: dict[tuple, list[Tensor]] = {}
+
+    def take(self, shape: tuple[int, ...], like: Tensor) -> Tensor:
+        """A buffer of ``shape`` (``like``'s dtype and device): a pooled one, or zeros."""
+        free = self.free.get((shape, like.dtype, like.device))
+        return free.pop() if free else like.new_zeros(shape)
+
+    def keep(self, buffers: list[Tensor]) -> None:
+        """Hold ``buffers`` for the next search, dropping what was held before."""
+        free: dict[tuple, list[Tensor]] = {}
+        for buffer in buffers:
+            free.setdefault((tuple(buffer.shape), buffer.dtype, buffer.device), []).append(buffer)
+        self.free = free
+
+
 def compiled_step(model: Transformer) -> Callable[..., Tensor]:
     """The model's compiled step function (compiled lazily, once per shape, kept with the model)."""
     step = _STEPS.get(model)
@@ -121,6 +152,7 @@ def compiled_step(model: Transformer) -> Callable[..., Tensor]:
                 return compiled(owner(), *args)
 
         step.weights = weights  # refreshed once per search (CompiledDecoderState), not per step
+        step.buffers = BufferPool()
         _STEPS[model] = step
     return step
 
@@ -152,22 +184,31 @@ class CompiledDecoderState:
                 memory = F.pad(memory, (0, 0, 0, pad))
                 mask = F.pad(mask, (0, pad), value=False)
             cache = model.start_decoding(memory, mask)
-        rows = torch.arange(src.size(0), device=src.device).repeat_interleave(expand)
-        self.live = rows.numel()  # the first ``live`` rows are real, the rest pad a bucket
-        if self.live < MIN_SLOTS:  # a small last batch runs as the smallest bucket
-            rows = torch.cat([rows, rows[-1:].expand(MIN_SLOTS - self.live)])
-        self.cross_k = [c.k.index_select(0, rows) for c in cache.cross_attn]
-        self.cross_v = [c.v.index_select(0, rows) for c in cache.cross_attn]
-        self.mask = mask.index_select(0, rows)  # (R, 1, 1, S')
+        # Rows come in groups of ``expand`` (a sentence's beams); slots count sentences.
+        self.expand, self.min_sentences = expand, -(-MIN_SLOTS // expand)
+        self.live = src.size(0) * expand  # the first ``live`` rows are real, the rest pad a bucket
+        # (n, H, S', d), one row per sentence; contiguous, as every later selection will be
+        # (the graph is specialised on strides)
+        self.cross_k = [c.k.contiguous() for c in cache.cross_attn]
+        self.cross_v = [c.v.contiguous() for c in cache.cross_attn]
+        self.mask = mask  # (n, 1, 1, S')
+        if src.size(0) < self.min_sentences:  # a small last batch runs as the smallest bucket
+            sentences = torch.arange(src.size(0), device=src.device)
+            self._select_sentences(
+                torch.cat([sentences, sentences[-1:].expand(self.min_sentences - src.size(0))])
+            )
+        rows = self.slots * expand
         # positions beyond the table are never written: no need to hold them
         capacity = min(bucket(max_tokens + 1, MIN_CAPACITY), model.cfg.max_positions)
         n_heads, dk, dv = model.cfg.n_heads, self.cross_k[0].size(3), self.cross_v[0].size(3)
-        # zeros, not empty: an unwritten value is multiplied by an exact zero weight (no NaN)
+        # Unwritten keys are masked (their scores replaced, NaN or not): they may hold anything.
+        # Unwritten values are multiplied by an exact zero weight: zeros, so never NaN * 0.
+        self.pool = self.step_fn.buffers
         self.self_k = [
-            memory.new_zeros(rows.numel(), n_heads, capacity, dk) for _ in cache.cross_attn
+            self.pool.take((rows, n_heads, capacity, dk), memory) for _ in cache.cross_attn
         ]
         self.self_v = [
-            memory.new_zeros(rows.numel(), n_heads, capacity, dv) for _ in cache.cross_attn
+            self.pool.take((rows, n_heads, capacity, dv), memory) for _ in cache.cross_attn
         ]
         # the previous buffers, recycled by the next reorder (fresh ones would cost page faults)
         self.spare_k: list[Tensor] = []
@@ -177,7 +218,13 @@ class CompiledDecoderState:
 
     @property
     def slots(self) -> int:
+        """Sentences the step runs (live ones and dummies); rows are ``slots * expand``."""
         return self.mask.size(0)
+
+    def _select_sentences(self, index: Tensor) -> None:
+        self.cross_k = [k.index_select(0, index) for k in self.cross_k]
+        self.cross_v = [v.index_select(0, index) for v in self.cross_v]
+        self.mask = self.mask.index_select(0, index)
 
     def step(self, prefix: Tensor) -> Tensor:
         """Log-probabilities (R, V) of the next token after ``prefix`` (R, t), which starts with BOS."""
@@ -185,8 +232,9 @@ class CompiledDecoderState:
             raise RuntimeError(f"decoding step {self.steps} beyond the cache's {self.capacity}")
         # (R, 1), a fresh tensor: a view's strides would be guarded on (a new graph per length)
         tokens = prefix[:, -1:].clone(memory_format=torch.contiguous_format)
-        if self.slots > tokens.size(0):  # dummy rows repeat the last real one
-            tokens = torch.cat([tokens, tokens[-1:].expand(self.slots - tokens.size(0), 1)])
+        rows = self.slots * self.expand
+        if rows > tokens.size(0):  # dummy rows repeat the last real one
+            tokens = torch.cat([tokens, tokens[-1:].expand(rows - tokens.size(0), 1)])
         logprobs = self.step_fn(
             tokens, self.position, self.self_k, self.self_v, self.cross_k, self.cross_v, self.mask
         )
@@ -195,39 +243,54 @@ class CompiledDecoderState:
         return logprobs[: self.live]
 
     def reorder(self, index: Tensor, sources_changed: bool = True) -> None:
-        """Keep live rows ``index`` (R',), padded to the slot count ``row_slots`` picks."""
+        """Keep live rows ``index`` (R',), padded to the sentence slots ``row_slots`` picks.
+
+        ``index`` comes in groups of ``expand`` rows that share a sentence (a search's beams of
+        one sentence; any rows when ``expand`` is 1).
+        """
+        K = self.expand
         self.live = index.numel()
-        slots = row_slots(self.live, self.slots)
-        if slots > self.live:
-            index = torch.cat([index, index[-1:].expand(slots - self.live)])
+        if self.live % K:
+            raise ValueError(f"{self.live} rows kept: not whole sentences of {K} beams")
+        live_sentences = self.live // K
+        slots = row_slots(live_sentences, self.slots, self.min_sentences)
+        sentences = index.view(-1, K)[:, 0] // K  # each kept group's slot before this step
+        if slots > live_sentences:  # dummy sentences repeat the last live one
+            index = torch.cat([index, index[-K:].repeat(slots - live_sentences)])
+            sentences = torch.cat([sentences, sentences[-1:].expand(slots - live_sentences)])
         self.self_k, self.spare_k = (
-            _gather(self.self_k, self.spare_k, index, self.steps),
+            _gather(self.self_k, self.spare_k, index, self.steps, self.pool),
             self.self_k,
         )
         self.self_v, self.spare_v = (
-            _gather(self.self_v, self.spare_v, index, self.steps),
+            _gather(self.self_v, self.spare_v, index, self.steps, self.pool),
             self.self_v,
         )
-        if sources_changed or slots != self.mask.size(0):
-            self.cross_k = [k.index_select(0, index) for k in self.cross_k]
-            self.cross_v = [v.index_select(0, index) for v in self.cross_v]
-            self.mask = self.mask.index_select(0, index)
+        if sources_changed or slots != self.slots:
+            self._select_sentences(sentences)
+
+    def __del__(self) -> None:
+        # the search is over: its buffers serve the next one (see BufferPool)
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            pool.keep(self.self_k + self.self_v + self.spare_k + self.spare_v)
 
 
 def _gather(
-    buffers: list[Tensor], spares: list[Tensor], index: Tensor, written: int
+    buffers: list[Tensor], spares: list[Tensor], index: Tensor, written: int, pool: BufferPool
 ) -> list[Tensor]:
     """Rows ``index`` of each (R, H, capacity, d) buffer, written into a spare of the new shape.
 
     Only the ``written`` positions are copied: the rest are masked until a step overwrites
-    them, and whatever a recycled spare holds there is finite (keys of earlier steps or zeros).
+    them, and whatever a recycled spare or a pooled buffer holds there is finite (keys and
+    values of earlier steps, or zeros: an unwritten value meets an exact zero weight).
     """
     out = []
     for i, buffer in enumerate(buffers):
         shape = (index.numel(), *buffer.shape[1:])
         target = spares[i] if i < len(spares) and spares[i].shape == shape else None
         if target is None:
-            target = buffer.new_zeros(shape)
+            target = pool.take(shape, buffer)
         torch.index_select(buffer[:, :, :written], 0, index, out=target[:, :, :written])
         out.append(target)
     return out
