@@ -51,6 +51,31 @@ def test_row_slots_keep_the_batch_until_half_is_done_then_power_of_two_buckets()
     assert row_slots(2, 6) == 6  # never more rows than now
 
 
+def test_buffer_pool_reuses_the_smallest_block_that_fits_within_twice_the_largest_search() -> None:
+    from transformer_mt.decoding.compiled import BufferPool
+
+    pool, like = BufferPool(), torch.empty(0)
+    first = [pool.take((4, 2, 8, 3), like), pool.take((2, 2, 8, 3), like)]  # 192 + 96 floats
+    assert all((b == 0).all() for b in first)  # fresh blocks are zeros
+    first[0].fill_(1.0)
+    pool.keep(first)
+
+    def block(buffer: torch.Tensor) -> int:
+        return buffer.untyped_storage().data_ptr()
+
+    # another shape of no more elements: the smallest block that fits, its stale numbers kept
+    small = pool.take((1, 4, 8, 3), like)
+    assert block(small) == block(first[1])
+    large = pool.take((3, 2, 8, 3), like)
+    assert block(large) == block(first[0]) and (large == 1.0).all()
+    fresh = pool.take((4, 2, 8, 3), like)  # nothing left that fits: a new block
+    assert block(fresh) not in {block(b) for b in first}
+    pool.keep([small, large, fresh])  # 480 floats: the largest search so far
+    pool.keep([torch.zeros(400)])  # 880 floats held, within 2 x 480
+    pool.keep([torch.zeros(100)])  # 980 > 960: the oldest block goes
+    assert [b.numel() for b in pool.blocks] == [192, 192, 400, 100]
+
+
 def test_compiled_greedy_and_beam_give_eager_tokens(tiny: Transformer) -> None:
     # Sources of different lengths end at different steps (length limit |x| + 2), so rows leave
     # the batch mid-search: the compiled state's shrinking and dummy rows are exercised.

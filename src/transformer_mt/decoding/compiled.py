@@ -25,6 +25,7 @@ fp32 matrix products of both go through oneDNN (``onednn.py``). Outputs are eage
 
 from __future__ import annotations
 
+import math
 import os
 import weakref
 from collections.abc import Callable
@@ -110,30 +111,48 @@ class CountingInductor:
 
 
 class BufferPool:
-    """The self-attention buffers of a model's last compiled search, reused by the next one.
+    """The self-attention buffers of a model's last compiled searches, reused by the next ones.
 
     A fresh multi-MB buffer costs a zero fill and a page fault per 4 KiB on first touch (the
     allocator hands large blocks back to the system): for 100 sentences x 4 beams of a base
-    model that was about a tenth of the search. The pool holds one search's buffers (self
-    and spare, every layer) while the model lives, and nothing more: each search's leftovers
-    replace the previous ones. Every buffer holds finite numbers (zeros or earlier keys and
-    values), which is all a masked, unwritten position needs.
+    model that was about a tenth of the search, and more once other work had run in between.
+    The pool holds the flat blocks under finished searches' buffers (self and spare, every
+    layer) while the model lives, at most twice what the largest search has needed (the oldest
+    go first): greedy and beam search in turn, or a test set's batches, reuse each other's
+    memory. A request takes the smallest held block that is large enough, whatever shape it
+    had. Every block holds finite numbers (zeros or earlier keys and values), which is all a
+    masked, unwritten position needs.
     """
 
     def __init__(self) -> None:
-        self.free: dict[tuple, list[Tensor]] = {}
+        self.blocks: list[Tensor] = []  # flat, oldest first
+        self.largest = 0  # bytes of the largest search handed back
 
     def take(self, shape: tuple[int, ...], like: Tensor) -> Tensor:
-        """A buffer of ``shape`` (``like``'s dtype and device): a pooled one, or zeros."""
-        free = self.free.get((shape, like.dtype, like.device))
-        return free.pop() if free else like.new_zeros(shape)
+        """A buffer of ``shape`` (``like``'s dtype and device): a held block's prefix, or zeros."""
+        size = math.prod(shape)
+        fits = [
+            i
+            for i, block in enumerate(self.blocks)
+            if block.numel() >= size and (block.dtype, block.device) == (like.dtype, like.device)
+        ]
+        if fits:
+            block = self.blocks.pop(min(fits, key=lambda i: self.blocks[i].numel()))
+        else:
+            block = like.new_zeros(size)
+        return block[:size].view(shape)
 
     def keep(self, buffers: list[Tensor]) -> None:
-        """Hold ``buffers`` for the next search, dropping what was held before."""
-        free: dict[tuple, list[Tensor]] = {}
-        for buffer in buffers:
-            free.setdefault((tuple(buffer.shape), buffer.dtype, buffer.device), []).append(buffer)
-        self.free = free
+        """Hold the blocks under a finished search's ``buffers`` (made by ``take``)."""
+        blocks = [b._base if b._base is not None else b.view(-1) for b in buffers]
+        self.largest = max(self.largest, sum(_bytes(b) for b in blocks))
+        self.blocks += blocks
+        while sum(_bytes(b) for b in self.blocks) > 2 * self.largest:
+            self.blocks.pop(0)
+
+
+def _bytes(block: Tensor) -> int:
+    return block.numel() * block.element_size()
 
 
 def compiled_step(model: Transformer) -> Callable[..., Tensor]:
