@@ -4,7 +4,7 @@ A cached decoding step of a small batch is a few hundred small operations (proje
 reshapes, masking, LayerNorms) whose Python and dispatch overhead costs as much as their
 arithmetic. Compiled, the step runs as one graph with fused element-wise kernels. A graph is
 built for fixed shapes and fixed Python values, so the state here differs from
-``DecoderState``'s in three ways:
+``DecoderState``'s in four ways:
 
 - the self-attention cache has a fixed capacity (the longest output the search allows, rounded
   up to a power of two): keys are written in place at a position held in a 0-d tensor, and
