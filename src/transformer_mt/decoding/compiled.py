@@ -220,8 +220,8 @@ class CompiledDecoderState:
         # positions beyond the table are never written: no need to hold them
         capacity = min(bucket(max_tokens + 1, MIN_CAPACITY), model.cfg.max_positions)
         n_heads, dk, dv = model.cfg.n_heads, self.cross_k[0].size(3), self.cross_v[0].size(3)
-        # Unwritten keys are masked (their scores replaced, NaN or not): they may hold anything.
-        # Unwritten values are multiplied by an exact zero weight: zeros, so never NaN * 0.
+        # Pooled blocks hold zeros or an earlier search's keys and values: finite, which is all
+        # an unwritten position needs (masked, its value meets an exact zero weight).
         self.pool = self.step_fn.buffers
         self.self_k = [
             self.pool.take((rows, n_heads, capacity, dk), memory) for _ in cache.cross_attn
