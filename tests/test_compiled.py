@@ -185,3 +185,18 @@ def test_compile_is_refused_for_ct2_and_without_the_cache(tiny: Transformer) -> 
         DecodeConfig(engine="ct2", compile=True)
     with pytest.raises(ValueError, match="needs use_cache=True"):
         greedy_decode(tiny, _sources(40, [4]), use_cache=False, compile=True)
+
+
+def test_importing_the_package_leaves_inductor_unloaded() -> None:
+    """Inductor is imported when a first graph is compiled, not with the package: loading it
+    cost every script ~2 s of start-up (a bad-input error included)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, transformer_mt.decoding, transformer_mt.align; "
+        "print('torch._inductor.compile_fx' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"

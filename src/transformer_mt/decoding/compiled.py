@@ -33,7 +33,6 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch._inductor.compile_fx import compile_fx
 
 from transformer_mt.decoding.onednn import PackedWeights, onednn_linears, packed_weights
 from transformer_mt.model import Transformer
@@ -103,7 +102,12 @@ class CountingInductor:
     def __init__(self) -> None:
         self.graphs = 0
         name = os.environ.get("TRANSFORMER_MT_COMPILE_BACKEND")
-        self.backend = torch._dynamo.lookup_backend(name) if name else compile_fx
+        if name:
+            self.backend = torch._dynamo.lookup_backend(name)
+        else:  # imported here, not with this module: it costs every script ~1-2 s of start-up
+            from torch._inductor.compile_fx import compile_fx
+
+            self.backend = compile_fx
 
     def __call__(self, graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
         self.graphs += 1
