@@ -17,7 +17,7 @@ from transformer_mt.data.concat import (
 )
 from transformer_mt.data.tokenize import TOKENIZED_WITH_LINKS
 from transformer_mt.errors import UserError
-from transformer_mt.model.vocab import EOS_ID
+from transformer_mt.model.vocab import BOS_ID, EOS_ID
 
 # Three hand-made pairs (piece ids, EOS last) with piece links [s, t, ...].
 PAIRS = [
@@ -84,6 +84,30 @@ def test_a_source_boundary_keeps_the_source_eos_and_joins_the_target():
         assert src[s] != EOS_ID and tgt[t] != EOS_ID
 
 
+def test_a_separator_boundary_puts_bos_between_parts_and_moves_links_as_eos_does():
+    plan = [np.array([0, 2, 1]), np.array([1, 0])]
+    built = join_rows(TokenRows(split()), plan, "sep")
+    with_eos = join_rows(TokenRows(split()), plan, "eos")
+    src, tgt = built["src_ids"].tolist(), built["tgt_ids"].tolist()
+    assert src == [10, 11, BOS_ID, 13, 14, 15, BOS_ID, 12, EOS_ID, 12, BOS_ID, 10, 11, EOS_ID]
+    assert tgt == [20, 21, 22, BOS_ID, 24, 25, BOS_ID, 23, EOS_ID, 23, BOS_ID, 20, 21, 22, EOS_ID]
+    # the same pieces as with EOS kept, the separator where an inner EOS was
+    eos_src = np.array(with_eos["src_ids"])
+    assert np.array_equal(
+        np.where(eos_src == EOS_ID, -1, eos_src),
+        np.where(np.isin(built["src_ids"], [EOS_ID, BOS_ID]), -1, built["src_ids"]),
+    )
+    assert built["links"].tolist() == with_eos["links"].tolist()
+    assert built["src_len"].tolist() == with_eos["src_len"].tolist() == [9, 5]
+    first = built["links"][: built["links_len"][0]].reshape(-1, 2)  # positions in example 0
+    assert len(first) == 6
+    for s, t in first:
+        assert src[s] not in (BOS_ID, EOS_ID) and tgt[t] not in (BOS_ID, EOS_ID)
+    # the parts themselves are untouched (the mark is written into a copy)
+    again = join_rows(TokenRows(split()), plan, "eos")
+    assert again["src_ids"].tolist() == with_eos["src_ids"].tolist()
+
+
 def test_plan_respects_max_len_and_draws_two_to_max_parts():
     src = np.array([3, 4, 30, 5] * 50)
     tgt = np.array([4, 3, 2, 30] * 50)
@@ -132,7 +156,7 @@ def test_length_histogram_of_a_built_split_contains_the_joined_lengths():
     [
         ({"share": -0.1}, "data.concat.share must be 0 or more"),
         ({"max_parts": 1}, "data.concat.max_parts must be 2 or more"),
-        ({"boundary": "sep"}, "data.concat.boundary must be 'eos', 'source' or 'none'"),
+        ({"boundary": "bos"}, "data.concat.boundary must be 'eos', 'source', 'none' or 'sep'"),
     ],
 )
 def test_bad_concat_settings_are_named(kwargs, message):

@@ -96,7 +96,8 @@ class ConcatConfig:
     share: float = 0.0  # joined examples added per training pair: 0 none, 0.1 one per ten pairs
     max_parts: int = 5  # each joins 2..max_parts random training pairs (fewer if over max_len)
     # between parts: "eos" (each keeps its EOS), "source" (the source parts keep theirs, the
-    # target parts are joined without) or "none" (the pieces joined on both sides)
+    # target parts are joined without), "none" (the pieces joined on both sides) or "sep"
+    # (each inner EOS becomes <s> on both sides: a separator decoding never writes)
     boundary: str = "eos"
 
     def __post_init__(self) -> None:
@@ -104,9 +105,10 @@ class ConcatConfig:
             raise UserError(f"data.concat.share must be 0 or more, got {self.share}")
         if self.max_parts < 2:
             raise UserError(f"data.concat.max_parts must be 2 or more, got {self.max_parts}")
-        if self.boundary not in ("eos", "source", "none"):
+        if self.boundary not in ("eos", "source", "none", "sep"):
             raise UserError(
-                f"data.concat.boundary must be 'eos', 'source' or 'none', got {self.boundary!r}"
+                "data.concat.boundary must be 'eos', 'source', 'none' or 'sep', "
+                f"got {self.boundary!r}"
             )
 
 

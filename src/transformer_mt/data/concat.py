@@ -11,7 +11,11 @@ the tokenized training split examples made of 2..``max_parts`` training pairs dr
 - ``boundary: source``: the source parts keep their EOS, the target parts are joined without
   one: the source says where each sentence ends, the target never ends before its input does;
 - ``boundary: none``: the parts' pieces are simply joined (the text joined by a space: a piece
-  that begins a word carries its own space mark), as if the pairs were one sentence.
+  that begins a word carries its own space mark), as if the pairs were one sentence;
+- ``boundary: sep``: each inner EOS becomes ``<s>`` (BOS) on both sides, a separator piece no
+  real source holds and decoding never writes (its log-probability is -inf there): EOS keeps
+  meaning "the input has ended", and a single sentence, whose source has no separator, gives
+  the model no reason to write one.
 
 The guided-alignment links of a joined example are its parts' piece links moved by the pieces
 before them: no aligner runs on the joined text. Validation and test are never joined.
@@ -32,7 +36,7 @@ from datasets.table import InMemoryTable
 from transformer_mt.align.links import LENGTH_BUCKETS, bucket_name
 from transformer_mt.config import ConcatConfig
 from transformer_mt.data.batching import TokenRows
-from transformer_mt.model.vocab import N_SPECIAL
+from transformer_mt.model.vocab import BOS_ID, N_SPECIAL
 
 log = logging.getLogger(__name__)
 
@@ -72,21 +76,34 @@ def plan_joins(
 
 def inner_eos_dropped(boundary: str) -> tuple[bool, bool]:
     """Whether the source and the target drop the EOS between parts, for a ``boundary``."""
-    return {"eos": (False, False), "source": (False, True), "none": (True, True)}[boundary]
+    return {
+        "eos": (False, False),
+        "source": (False, True),
+        "none": (True, True),
+        "sep": (False, False),
+    }[boundary]
 
 
 def _joined_side(
-    flat: np.ndarray, lens: np.ndarray, parts_per_example: np.ndarray, drop_inner_eos: bool
+    flat: np.ndarray,
+    lens: np.ndarray,
+    parts_per_example: np.ndarray,
+    drop_inner_eos: bool,
+    inner_mark: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The parts' sequences (end to end, ``lens`` each) -> the joined examples' sequences end to
-    end and their lengths, without each inner part's EOS when ``drop_inner_eos``."""
+    end and their lengths, without each inner part's EOS when ``drop_inner_eos``, or with it
+    replaced by the id ``inner_mark``."""
     example = np.repeat(np.arange(len(parts_per_example)), parts_per_example)  # (P,)
-    last_part = np.cumsum(parts_per_example) - 1
+    inner = np.ones(len(lens), dtype=bool)
+    inner[np.cumsum(parts_per_example) - 1] = False  # every part but its example's last
+    inner_eos = (np.cumsum(lens) - 1)[inner]  # (P - M,) positions in flat
+    if inner_mark is not None:
+        flat = flat.copy()
+        flat[inner_eos] = inner_mark
     if drop_inner_eos:
-        inner = np.ones(len(lens), dtype=bool)
-        inner[last_part] = False
         keep = np.ones(len(flat), dtype=bool)
-        keep[(np.cumsum(lens) - 1)[inner]] = False
+        keep[inner_eos] = False
         flat, lens = flat[keep], lens - inner
     return flat, np.bincount(example, weights=lens, minlength=len(parts_per_example)).astype(
         np.int64
@@ -109,7 +126,8 @@ def join_rows(rows: TokenRows, plan: Sequence[np.ndarray], boundary: str) -> dic
         kept = lens - drop  # the pieces a part brings before the next one starts
         before = np.cumsum(kept) - kept  # pieces of every earlier part, examples running on
         out[f"{side}_offset"] = before - np.repeat(before[starts], counts)  # (P,)
-        out[f"{side}_ids"], out[f"{side}_len"] = _joined_side(flat, lens, counts, drop)
+        mark = BOS_ID if boundary == "sep" else None
+        out[f"{side}_ids"], out[f"{side}_len"] = _joined_side(flat, lens, counts, drop, mark)
     if cols.links is not None:
         pairs = cols.links.reshape(-1, 2).astype(np.int64)
         part_of_link = np.repeat(np.arange(len(cols.links_lens)), cols.links_lens // 2)
