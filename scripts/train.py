@@ -15,7 +15,6 @@ from omegaconf import DictConfig, OmegaConf
 from transformer_mt.cli import report_user_errors
 from transformer_mt.config import TrainConfig, register_configs, upgrade_saved_config
 from transformer_mt.errors import UserError
-from transformer_mt.train import run
 
 register_configs()
 
@@ -47,6 +46,8 @@ def resumed_config(run_dir: str, overrides: list[str]) -> DictConfig:
 def main(cfg: DictConfig) -> None:
     if cfg.resume:
         cfg = resumed_config(cfg.resume, list(HydraConfig.get().overrides.task))
+    from transformer_mt.train import run  # Lightning's import (seconds) after the checks above
+
     run(cfg)
 
 
