@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pytest
+import sacrebleu
 import torch
 from omegaconf import OmegaConf
 
@@ -289,6 +290,10 @@ def test_evaluate_decodes_with_beam_and_averaging(small_run, tmp_path) -> None:
     assert len(scores["checkpoints"]) == 2 and scores["sentences"] == 30
     assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert len((tmp_path / "hyp.txt").read_text(encoding="utf-8").splitlines()) == 30
+    refs = (tmp_path / "ref.txt").read_text(encoding="utf-8").splitlines()
+    # the file's references score the hypotheses exactly as evaluate did
+    hyps = (tmp_path / "hyp.txt").read_text(encoding="utf-8").splitlines()
+    assert len(refs) == 30 and round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2) == scores["bleu"]
     assert json.loads((tmp_path / "scores.json").read_text())["bleu"] == scores["bleu"]
 
 

@@ -93,6 +93,9 @@ def evaluate(cfg: DictConfig) -> dict:
         )
     out.mkdir(parents=True, exist_ok=True)
     (out / "hyp.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    # the references line by line beside the hypotheses: two runs' hyp.txt compare with
+    # sacrebleu's paired bootstrap (``sacrebleu ref.txt -i A/hyp.txt B/hyp.txt --paired-bs``)
+    (out / "ref.txt").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
     (out / "scores.json").write_text(json.dumps(scores, indent=2) + "\n")
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     print("\n".join(lines))
