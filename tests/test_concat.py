@@ -127,7 +127,9 @@ def test_join_pairs_appends_numbered_rows_and_leaves_the_pairs_alone():
     assert len(joined) == 30 + 15
     assert joined[:30]["src_ids"] == train["src_ids"]
     assert min(joined[30:]["index"]) > max(train["index"])
-    assert all(n >= 2 for n in (row.count(EOS_ID) for row in joined[30:]["src_ids"]))
+    # the default boundary: one EOS last, a separator between every two parts
+    for row in joined[30:]["src_ids"]:
+        assert row.count(EOS_ID) == 1 and row[-1] == EOS_ID and row.count(BOS_ID) >= 1
     assert joined.features == train.features
     # the joined rows batch and pad like any other
     cols = TokenRows(joined).__getitems__(np.arange(28, 34))

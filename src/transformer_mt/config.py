@@ -98,7 +98,7 @@ class ConcatConfig:
     # between parts: "eos" (each keeps its EOS), "source" (the source parts keep theirs, the
     # target parts are joined without), "none" (the pieces joined on both sides) or "sep"
     # (each inner EOS becomes <s> on both sides: a separator decoding never writes)
-    boundary: str = "eos"
+    boundary: str = "sep"
 
     def __post_init__(self) -> None:
         if self.share < 0:
