@@ -25,7 +25,12 @@ every decoder does the same work. Greedy and beam search (``--beam``), each:
   with the same number of threads.
 
 Sentences/s, and each one's ratio to CTranslate2 fp32 of the same search. All variants run
-interleaved in one process (best of ``--repeats``), so the ratios are like for like.
+interleaved in one process (best of ``--repeats``), so the ratios are like for like. Beside them,
+GFLOP/s: the search's arithmetic (``search_flops``: the encoder, the cross-attention keys and
+values, every step's layers and output layer, one row per beam from the first step) over its
+time, against the fp32 GEMM ceiling measured in the same run (oneDNN and MKL, a product of the
+beam step's largest shape): how much of the processor's matrix throughput a decoder turns into
+translations.
 """
 
 from __future__ import annotations
@@ -63,6 +68,40 @@ def ct2_translators(model: Transformer, folder: str, threads: int) -> dict:
         out[name] = ctranslate2.Translator(
             str(path), device="cpu", compute_type=quantization or "float32", intra_threads=threads
         )
+    return out
+
+
+def search_flops(cfg: TransformerConfig, sentences: int, length: int, rows: int) -> float:
+    """Floating-point operations (2 per multiply-add) of decoding ``sentences`` sources of
+    ``length`` tokens into ``length`` tokens plus EOS, with ``rows`` rows per sentence (1 greedy,
+    K beams) at every step; masked, padded or repeated work is not counted."""
+    d, ff, layers, V = cfg.d_model, cfg.d_ff, cfg.n_layers, cfg.vocab_size
+    S = length
+    encoder = sentences * S * layers * (4 * d * d + 2 * d * ff + 2 * S * d)
+    cross_kv = sentences * S * layers * 2 * d * d
+    steps = length + 1  # every token, then EOS
+    prefix = steps * (steps + 1) / 2  # self-attention keys summed over the steps
+    per_row = layers * (steps * (6 * d * d + 2 * d * ff + 2 * S * d) + 2 * prefix * d)
+    per_row += steps * d * V
+    return 2.0 * (encoder + cross_kv + sentences * rows * per_row)
+
+
+def gemm_ceiling(m: int, k: int, n: int, repeats: int = 20) -> dict[str, float]:
+    """GFLOP/s of an fp32 (m x k) x (k x n) product, best of ``repeats``: through MKL (what
+    ``F.linear`` uses on CPUs) and through oneDNN (what the compiled step uses)."""
+    x, w = torch.randn(m, k), torch.randn(n, k)
+    out = {}
+    for name, route in (
+        ("MKL", contextlib.nullcontext()),
+        ("oneDNN", onednn_linears(torch.device("cpu"))),
+    ):
+        with route, torch.inference_mode():
+            best = float("inf")
+            for _ in range(repeats):
+                start = time.perf_counter()
+                torch.nn.functional.linear(x, w)
+                best = min(best, time.perf_counter() - start)
+        out[name] = 2 * m * k * n / best / 1e9
     return out
 
 
@@ -173,11 +212,24 @@ def main() -> None:
             fn()
             best[key] = min(best[key], time.perf_counter() - start)
     rate = {key: args.sentences / seconds for key, seconds in best.items()}
-    print(f"{'search':<8} {'decoder':<44} {'sentences/s':>12} {'vs CTranslate2 fp32':>20}")
+    flops = {
+        search: search_flops(model.cfg, args.sentences, n, 1 if search == "greedy" else args.beam)
+        for search, _ in runs
+    }
+    print(f"{'search':<8} {'decoder':<44} {'sentences/s':>12} {'vs CTranslate2 fp32':>20} GFLOP/s")
     for (search, name), value in rate.items():
         reference = rate.get((search, "CTranslate2 fp32"))
         ratio = f"{value / reference:.2f}x" if reference else "-"
-        print(f"{search:<8} {name:<44} {value:12.2f} {ratio:>20}")
+        gflops = flops[search] / best[(search, name)] / 1e9
+        print(f"{search:<8} {name:<44} {value:12.2f} {ratio:>20} {gflops:7.0f}")
+    shape = (args.sentences * args.beam, model.cfg.d_model, model.cfg.d_ff)
+    ceiling = gemm_ceiling(*shape)
+    print(
+        f"fp32 GEMM ceiling, ({shape[0]} x {shape[1]}) x ({shape[1]} x {shape[2]}): "
+        + ", ".join(f"{name} {value:.0f} GFLOP/s" for name, value in ceiling.items())
+        + f"; a search's arithmetic: greedy {flops['greedy'] / 1e9:.0f} GFLOP, "
+        + f"beam {args.beam} {flops[f'beam {args.beam}'] / 1e9:.0f} GFLOP"
+    )
     for (search, name), seconds in compile_seconds.items():
         run_seconds = best[(search, name)]
         eager = best[(search, name.replace("compiled, ", ""))]

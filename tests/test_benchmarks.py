@@ -98,6 +98,25 @@ def test_decode_benchmark_runs_every_variant() -> None:
             == 2
         )
         assert "1.00x" in out
+    assert "fp32 GEMM ceiling, (8 x 512) x (512 x 2048): MKL " in out
+
+
+def test_decode_benchmark_counts_a_search_by_hand() -> None:
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        from decode import search_flops
+    finally:
+        sys.path.remove(str(BENCH))
+    cfg = SimpleNamespace(d_model=2, d_ff=4, n_layers=1, vocab_size=3)
+    # one 1-token source, one row, two steps (the token, then EOS), multiply-adds:
+    # encoder 4d^2 + 2 d ff + 2 S d = 36; cross K/V 2 d^2 = 8; per step 6d^2 + 2 d ff + 2 S d
+    # = 44 and d V = 6, self-attention over 1 then 2 keys 2 d (1 + 2) = 12: 2 * 44 + 12 + 2 * 6
+    assert search_flops(cfg, sentences=1, length=1, rows=1) == 2 * (36 + 8 + 112)
+    # rows multiply the decoder's work only; sentences multiply everything
+    per_row = search_flops(cfg, 1, 1, 2) - search_flops(cfg, 1, 1, 1)
+    assert per_row == 2 * 112 and search_flops(cfg, 3, 1, 1) == 3 * 2 * (36 + 8 + 112)
 
 
 @needs_shared(SHARED / "multi30k_task1")
