@@ -65,7 +65,7 @@ def plan_joins(
     rng = np.random.default_rng(seed)
     rows = rng.integers(0, n, size=(count, cfg.max_parts))  # (M, K)
     wanted = rng.integers(2, cfg.max_parts + 1, size=count)  # (M,)
-    drop_src, drop_tgt = inner_eos_dropped(cfg.boundary)  # per part after the first
+    drop_src, drop_tgt, _ = BOUNDARIES[cfg.boundary]  # per part after the first
     k = np.arange(cfg.max_parts)  # parts before this one
     joined_src = np.cumsum(src_lens[rows], axis=1) - drop_src * k  # (M, K) first k+1 parts
     joined_tgt = np.cumsum(tgt_lens[rows], axis=1) - drop_tgt * k
@@ -74,14 +74,14 @@ def plan_joins(
     return [rows[m, : parts[m]] for m in np.flatnonzero(parts >= 2)]
 
 
-def inner_eos_dropped(boundary: str) -> tuple[bool, bool]:
-    """Whether the source and the target drop the EOS between parts, for a ``boundary``."""
-    return {
-        "eos": (False, False),
-        "source": (False, True),
-        "none": (True, True),
-        "sep": (False, False),
-    }[boundary]
+# Per boundary: whether the source and the target drop the EOS between parts, and the id an
+# inner EOS kept becomes (None: it stays EOS).
+BOUNDARIES: dict[str, tuple[bool, bool, int | None]] = {
+    "eos": (False, False, None),
+    "source": (False, True, None),
+    "none": (True, True, None),
+    "sep": (False, False, BOS_ID),
+}
 
 
 def _joined_side(
@@ -121,12 +121,12 @@ def join_rows(rows: TokenRows, plan: Sequence[np.ndarray], boundary: str) -> dic
     cols = rows.__getitems__(np.concatenate(plan))  # every part, in example order
     starts = np.cumsum(counts) - counts  # each example's first part
     out = {}
-    for side, drop in zip(("src", "tgt"), inner_eos_dropped(boundary)):
+    drop_src, drop_tgt, mark = BOUNDARIES[boundary]
+    for side, drop in zip(("src", "tgt"), (drop_src, drop_tgt)):
         flat, lens = getattr(cols, side), getattr(cols, f"{side}_lens")
         kept = lens - drop  # the pieces a part brings before the next one starts
         before = np.cumsum(kept) - kept  # pieces of every earlier part, examples running on
         out[f"{side}_offset"] = before - np.repeat(before[starts], counts)  # (P,)
-        mark = BOS_ID if boundary == "sep" else None
         out[f"{side}_ids"], out[f"{side}_len"] = _joined_side(flat, lens, counts, drop, mark)
     if cols.links is not None:
         pairs = cols.links.reshape(-1, 2).astype(np.int64)
