@@ -46,6 +46,23 @@ def test_cached_and_uncached_states_agree(model: Transformer) -> None:
         prefix = torch.cat([prefix, torch.full((3, 1), token)], dim=1)
 
 
+def test_the_first_step_runs_one_row_per_sentence(model: Transformer, monkeypatch) -> None:
+    """Every beam starts from the same BOS: the first step scores one row per sentence (as
+    CTranslate2 does), the later ones K rows per sentence."""
+    rows, step = [], model.decode_step
+
+    def counting(tokens: torch.Tensor, cache) -> torch.Tensor:
+        rows.append(tokens.size(0))
+        return step(tokens, cache)
+
+    monkeypatch.setattr(model, "decode_step", counting)
+    found = beam_search(model, SRC, beam_size=4, n_best=4, max_len_a=0.0, max_len_b=3, min_len=3)
+    assert rows == [3, 12, 12, 12]  # 3 sentences; 3 tokens, then EOS
+    # the first step's top 2K candidates seed K distinct beams: no duplicate hypothesis
+    for hyps in found:
+        assert len(hyps) == 4 and len({tuple(h.tokens) for h in hyps}) == 4
+
+
 def test_beam_one_equals_greedy(model: Transformer) -> None:
     hyps = beam_search(model, SRC, beam_size=1, max_len_b=6)
     assert [h[0].tokens for h in hyps] == greedy_decode(model, SRC, max_len_b=6)

@@ -74,6 +74,9 @@ def test_buffer_pool_reuses_the_smallest_block_that_fits_within_twice_the_larges
     pool.keep([torch.zeros(400)])  # 880 floats held, within 2 x 480
     pool.keep([torch.zeros(100)])  # 980 > 960: the oldest block goes
     assert [b.numel() for b in pool.blocks] == [192, 192, 400, 100]
+    # a running search hands back a spare it has outgrown: held, the largest search unchanged
+    pool.give([torch.zeros(2, 5, 10)])  # its block, flat; 984 > 960: the oldest goes again
+    assert [b.numel() for b in pool.blocks] == [192, 400, 100, 100] and pool.largest == 480 * 4
 
 
 def test_compiled_greedy_and_beam_give_eager_tokens(tiny: Transformer) -> None:
@@ -113,17 +116,17 @@ def test_compiled_step_matches_the_eager_cache_position_by_position(tiny: Transf
     from transformer_mt.decoding.state import DecoderState
 
     src = _sources(40, [5, 11, 3])
-    eager, compiled = DecoderState(tiny, src), CompiledDecoderState(tiny, src, 1, max_tokens=6)
+    eager, compiled = DecoderState(tiny, src), CompiledDecoderState(tiny, src, max_tokens=20)
     # rounded up to 32 keys and 16 source positions (masked), 3 rows to 8 (dummies)
     assert compiled.capacity == 32 and compiled.mask.shape == (8, 1, 1, 16)
     prefix = torch.full((3, 1), 2)
     with torch.inference_mode():
-        for _ in range(6):
+        for _ in range(20):
             a, b = eager.step(prefix), compiled.step(prefix)
             torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
             prefix = torch.cat([prefix, a.argmax(-1, keepdim=True)], dim=1)
         with pytest.raises(RuntimeError, match="beyond the cache"):
-            for _ in range(32 - 6 + 1):  # the capacity, not the search, sets the bound here
+            for _ in range(32 - 20 + 1):  # the capacity, not the search, sets the bound here
                 compiled.step(prefix)
 
 

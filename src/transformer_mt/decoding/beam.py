@@ -45,8 +45,10 @@ class _Beams:
     """The live part of the search: n sentences x K beams."""
 
     sentence: Tensor  # (n,) index of each live sentence in the input batch
-    scores: Tensor  # (n, K) summed log-probabilities of the live beams
-    prefix: Tensor  # (n * K, t) BOS + tokens so far
+    scores: (
+        Tensor  # (n, k) summed log-probabilities of the live beams (k = 1 before the first step)
+    )
+    prefix: Tensor  # (n * k, t) BOS + tokens so far
 
 
 @torch.inference_mode()
@@ -86,37 +88,43 @@ def beam_search(
     if not 1 <= n_best <= K:
         raise ValueError(f"n_best={n_best} must be between 1 and the beam size {K}")
     limit = length_limits(src, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
-    state = decoder_state(model, src, K, use_cache, compile, int(limit.max()))
-    scores = torch.full((B, K), -torch.inf, device=src.device)
-    scores[:, 0] = 0.0  # one live beam at the start, so the first step does not pick K copies
+    # The first step runs one row per sentence: all K beams would start from the same BOS and
+    # compute the same thing (CTranslate2 does the same). The first reorder widens to K rows.
+    state = decoder_state(model, src, use_cache, compile, int(limit.max()))
     beams = _Beams(
         torch.arange(B, device=src.device),
-        scores,
-        torch.full((B * K, 1), BOS_ID, device=src.device),
+        torch.zeros((B, 1), device=src.device),
+        torch.full((B, 1), BOS_ID, device=src.device),
     )
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     for step in range(int(limit.max()) + 1):
-        logprobs = state.step(beams.prefix)  # (n * K, V)
+        k = beams.scores.size(1)  # live rows per sentence: 1, then K
+        logprobs = state.step(beams.prefix)  # (n * k, V)
         logprobs = constrain_length(
-            logprobs, step, min_len, limit[beams.sentence].repeat_interleave(K)
+            logprobs, step, min_len, limit[beams.sentence].repeat_interleave(k)
         )
         top_scores, parent, token = _top_candidates(beams.scores, logprobs, K)  # 3 x (n, 2K)
         _finish(beams, top_scores[:, :K], parent[:, :K], token[:, :K], alpha, length_norm, finished)
         live = _select_live(beams, top_scores, parent, token, K, step, limit, finished)
         if live is None:
             break
-        sources_changed = live[0].sentence.numel() < beams.sentence.numel()  # a sentence finished
+        # a sentence finished, or the first step's rows became K beams each
+        sources_changed = live[0].sentence.numel() < beams.sentence.numel() or k < K
         beams, rows = live
-        state.reorder(rows, sources_changed)
+        state.reorder(rows, sources_changed, expand=K)
     return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
 
 
 def _top_candidates(scores: Tensor, logprobs: Tensor, K: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Top 2K continuations per sentence: their summed scores, parent beams and tokens."""
-    n, V = scores.size(0), logprobs.size(-1)
-    candidates = (scores[:, :, None] + logprobs.view(n, K, V)).view(n, K * V)  # (n, K * V)
-    top_scores, flat = candidates.topk(min(2 * K, K * V), dim=1)  # (n, 2K)
-    return top_scores, flat // V, flat % V
+    """Top 2K continuations per sentence of its k live beams: summed scores, parents, tokens."""
+    (n, k), V = scores.shape, logprobs.size(-1)
+    candidates = (scores[:, :, None] + logprobs.view(n, k, V)).view(n, k * V)  # (n, k * V)
+    need = min(2 * K, K * V)
+    if k * V < need:  # the first step (k = 1) over fewer than 2K tokens: dead fillers (-inf)
+        candidates = torch.nn.functional.pad(candidates, (0, need - k * V), value=-torch.inf)
+    top_scores, flat = candidates.topk(need, dim=1)  # (n, 2K)
+    parent = torch.where(flat < k * V, flat // V, 0)  # a filler extends (dead) beam 0
+    return top_scores, parent, flat % V
 
 
 def _finish(
@@ -129,12 +137,12 @@ def _finish(
     finished: list,
 ) -> None:
     """Record the EOS candidates among the top K as finished hypotheses (at most K per sentence)."""
-    K = scores.size(1)
+    K, k = scores.size(1), beams.scores.size(1)
     ends = (token == EOS_ID) & torch.isfinite(scores)  # (n, K)
     for r, c in ends.nonzero().tolist():
         hyps = finished[int(beams.sentence[r])]
         if len(hyps) < K:
-            tokens = beams.prefix[r * K + int(parent[r, c]), 1:].tolist()
+            tokens = beams.prefix[r * k + int(parent[r, c]), 1:].tolist()
             logprob = float(scores[r, c])
             hyps.append(
                 Hypothesis(
@@ -169,6 +177,7 @@ def _select_live(
     keep = (~done).nonzero().squeeze(1)  # (n',)
     if keep.numel() == 0:
         return None
-    rows = (keep[:, None] * K + parent[keep]).view(-1)  # (n' * K,) parents in the current batch
+    k = beams.scores.size(1)
+    rows = (keep[:, None] * k + parent[keep]).view(-1)  # (n' * K,) parents in the current batch
     prefix = torch.cat([beams.prefix[rows], token[keep].view(-1, 1)], dim=1)
     return _Beams(beams.sentence[keep], scores[keep], prefix), rows

@@ -15,7 +15,9 @@ built for fixed shapes and fixed Python values, so the state here differs from
   below ``MIN_SLOTS`` rows;
 - the cross-attention K/V and the source mask are held once per sentence, not once per beam:
   a sentence's beams attend as one block of queries (``attention._one_query_attention``), so
-  beam search reads each source's keys once per step and never copies them per beam.
+  beam search reads each source's keys once per step and never copies them per beam;
+- the state starts with one row per sentence (beam search's first step: its beams would all
+  start from BOS) and its first ``reorder`` widens it to K rows per sentence.
 
 A test set of length-sorted batches therefore compiles a handful of graphs, not one per batch;
 ``compile_count`` says how many. The encoder runs once per batch and stays eager. On CPUs the
@@ -148,11 +150,21 @@ class BufferPool:
 
     def keep(self, buffers: list[Tensor]) -> None:
         """Hold the blocks under a finished search's ``buffers`` (made by ``take``)."""
-        blocks = [b._base if b._base is not None else b.view(-1) for b in buffers]
+        blocks = [_block(b) for b in buffers]
         self.largest = max(self.largest, sum(_bytes(b) for b in blocks))
-        self.blocks += blocks
+        self.give(blocks)
+
+    def give(self, buffers: list[Tensor]) -> None:
+        """Hold the blocks under ``buffers`` that a running search no longer needs (a spare of
+        a shape it will not use again), without counting them as a search's size."""
+        self.blocks += [_block(b) for b in buffers]
         while sum(_bytes(b) for b in self.blocks) > 2 * self.largest:
             self.blocks.pop(0)
+
+
+def _block(buffer: Tensor) -> Tensor:
+    """The flat block a ``BufferPool.take`` buffer is a view of."""
+    return buffer._base if buffer._base is not None else buffer.view(-1)
 
 
 def _bytes(block: Tensor) -> int:
@@ -191,13 +203,13 @@ class CompiledDecoderState:
 
     Args:
         model: in eval mode.
-        src: (B, S) padded, EOS-terminated source ids.
-        expand: rows per sentence (the beam size).
+        src: (B, S) padded, EOS-terminated source ids: one row each until ``reorder`` widens
+            them (beam search's first step).
         max_tokens: the most tokens any row will be fed after BOS (the search's length limit):
             the cache holds BOS and that many positions.
     """
 
-    def __init__(self, model: Transformer, src: Tensor, expand: int, max_tokens: int) -> None:
+    def __init__(self, model: Transformer, src: Tensor, max_tokens: int) -> None:
         self.model, self.step_fn = model, compiled_step(model)
         self.step_fn.weights.refresh(model)  # a model trained since the last search repacks
         with onednn_linears(src.device):  # the encoder runs eagerly, once per batch
@@ -207,9 +219,9 @@ class CompiledDecoderState:
                 memory = F.pad(memory, (0, 0, 0, pad))
                 mask = F.pad(mask, (0, pad), value=False)
             cache = model.start_decoding(memory, mask)
-        # Rows come in groups of ``expand`` (a sentence's beams); slots count sentences.
-        self.expand, self.min_sentences = expand, -(-MIN_SLOTS // expand)
-        self.live = src.size(0) * expand  # the first ``live`` rows are real, the rest pad a bucket
+        # Rows come in groups of ``expand`` (a sentence's beams, once widened); slots count sentences.
+        self.expand, self.min_sentences = 1, MIN_SLOTS
+        self.live = src.size(0)  # the first ``live`` rows are real, the rest pad a bucket
         # (n, H, S', d), one row per sentence; contiguous, as every later selection will be
         # (the graph is specialised on strides)
         self.cross_k = [c.k.contiguous() for c in cache.cross_attn]
@@ -220,7 +232,7 @@ class CompiledDecoderState:
             self._select_sentences(
                 torch.cat([sentences, sentences[-1:].expand(self.min_sentences - src.size(0))])
             )
-        rows = self.slots * expand
+        rows = self.slots
         # positions beyond the table are never written: no need to hold them
         capacity = min(bucket(max_tokens + 1, MIN_CAPACITY), model.cfg.max_positions)
         n_heads, dk, dv = model.cfg.n_heads, self.cross_k[0].size(3), self.cross_v[0].size(3)
@@ -265,19 +277,29 @@ class CompiledDecoderState:
         self.steps += 1
         return logprobs[: self.live]
 
-    def reorder(self, index: Tensor, sources_changed: bool = True) -> None:
+    def reorder(
+        self, index: Tensor, sources_changed: bool = True, expand: int | None = None
+    ) -> None:
         """Keep live rows ``index`` (R',), padded to the sentence slots ``row_slots`` picks.
 
         ``index`` comes in groups of ``expand`` rows that share a sentence (a search's beams of
-        one sentence; any rows when ``expand`` is 1).
+        one sentence; any rows when ``expand`` is 1). ``expand`` changes the rows per sentence
+        from now on: beam search runs its first step on one row per sentence (every beam would
+        start from the same BOS), then widens to its K beams.
         """
+        before, widen = self.expand, expand is not None and expand != self.expand
+        if widen:
+            self.expand, self.min_sentences = expand, -(-MIN_SLOTS // expand)
         K = self.expand
         self.live = index.numel()
         if self.live % K:
             raise ValueError(f"{self.live} rows kept: not whole sentences of {K} beams")
         live_sentences = self.live // K
-        slots = row_slots(live_sentences, self.slots, self.min_sentences)
-        sentences = index.view(-1, K)[:, 0] // K  # each kept group's slot before this step
+        if widen:  # as a search that started with K rows would run: no bucketing yet
+            slots = max(live_sentences, self.min_sentences)
+        else:
+            slots = row_slots(live_sentences, self.slots, self.min_sentences)
+        sentences = index.view(-1, K)[:, 0] // before  # each kept group's slot before this step
         if slots > live_sentences:  # dummy sentences repeat the last live one
             index = torch.cat([index, index[-K:].repeat(slots - live_sentences)])
             sentences = torch.cat([sentences, sentences[-1:].expand(slots - live_sentences)])
@@ -313,6 +335,8 @@ def _gather(
         shape = (index.numel(), *buffer.shape[1:])
         target = spares[i] if i < len(spares) and spares[i].shape == shape else None
         if target is None:
+            if i < len(spares):  # a spare of another shape: its block may serve this one
+                pool.give([spares[i]])
             target = pool.take(shape, buffer)
         torch.index_select(buffer[:, :, :written], 0, index, out=target[:, :, :written])
         out.append(target)

@@ -39,7 +39,7 @@ def greedy_decode(
         B lists of token ids, without BOS and EOS.
     """
     limit = length_limits(src, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
-    state = decoder_state(model, src, 1, use_cache, compile, int(limit.max()))
+    state = decoder_state(model, src, use_cache, compile, int(limit.max()))
     alive = torch.arange(src.size(0), device=src.device)  # rows of the batch still decoding
     prefix = torch.full((src.size(0), 1), BOS_ID, dtype=torch.long, device=src.device)  # (B', t)
     out: list[list[int]] = [[] for _ in range(src.size(0))]

@@ -24,22 +24,16 @@ class DecoderState:
     The benchmark compares the two and a test pins their outputs together.
     """
 
-    def __init__(
-        self, model: Transformer, src: Tensor, expand: int = 1, use_cache: bool = True
-    ) -> None:
+    def __init__(self, model: Transformer, src: Tensor, use_cache: bool = True) -> None:
         memory, mask = model.encode(src)  # (B, S, D), (B, 1, 1, S)
         self.model, self.use_cache = model, use_cache
         self.cache: DecoderCache | None = None
-        if use_cache:  # cross-attention K/V projected once per sentence, then copied per beam
+        if (
+            use_cache
+        ):  # cross-attention K/V projected once per sentence (reorder copies them per beam)
             self.cache = model.start_decoding(memory, mask)
-            if expand > 1:
-                rows = torch.arange(src.size(0), device=src.device).repeat_interleave(expand)
-                self.cache = self.cache.reorder(rows)
             self.memory = self.mask = None  # all in the cache
         else:
-            if expand > 1:  # every sentence's row repeated once per beam
-                memory = memory.repeat_interleave(expand, 0)
-                mask = mask.repeat_interleave(expand, 0)
             self.memory, self.mask = memory, mask
 
     def step(self, prefix: Tensor) -> Tensor:
@@ -53,10 +47,14 @@ class DecoderState:
         logprobs[:, BOS_ID] = -torch.inf
         return logprobs
 
-    def reorder(self, index: Tensor, sources_changed: bool = True) -> None:
+    def reorder(
+        self, index: Tensor, sources_changed: bool = True, expand: int | None = None
+    ) -> None:
         """Keep rows ``index`` (B',): surviving beams' parents, or unfinished sentences.
 
         ``sources_changed=False`` says every row keeps its source sentence (see ``DecoderCache.reorder``).
+        ``expand`` (rows per sentence from now on) is for the compiled state; here every row
+        holds its own copy of its source's state, so ``index`` says it all.
         """
         if self.cache is not None:
             self.cache = self.cache.reorder(index, sources_changed)
@@ -68,17 +66,18 @@ class DecoderState:
 
 
 def decoder_state(
-    model: Transformer, src: Tensor, expand: int, use_cache: bool, compile: bool, max_tokens: int
+    model: Transformer, src: Tensor, use_cache: bool, compile: bool, max_tokens: int
 ) -> DecoderState | CompiledDecoderState:
-    """The state a search steps through: eager with or without the cache, or compiled.
+    """The state a search steps through, one row per sentence at first (beam search widens it
+    to K rows with its first ``reorder``): eager with or without the cache, or compiled.
 
     ``max_tokens``: the most tokens a row may receive (the compiled cache's capacity).
     """
     if not compile:
-        return DecoderState(model, src, expand=expand, use_cache=use_cache)
+        return DecoderState(model, src, use_cache=use_cache)
     if not use_cache:
         raise ValueError("compile=True needs use_cache=True: the compiled step is the cached one")
-    return CompiledDecoderState(model, src, expand, max_tokens)
+    return CompiledDecoderState(model, src, max_tokens)
 
 
 def length_limits(src: Tensor, max_len_a: float, max_len_b: int, max_positions: int) -> Tensor:
