@@ -8,7 +8,8 @@ built for fixed shapes and fixed Python values, so the state here differs from
 
 - the self-attention cache has a fixed capacity (the longest output the search allows, rounded
   up to a power of two): keys are written in place at a position held in a 0-d tensor, and
-  the positions not yet written are masked rather than sliced off;
+  the positions not yet written are masked rather than sliced off; a step reads a
+  power-of-two window of it that covers the position (``MIN_WINDOW`` keys at least);
 - the encoder output is padded to a power of two of positions (masked);
 - the rows (sentences x beams) stay as many as the first step had until the live ones fit in
   half of them, then shrink to a power of two of sentences (dummy sentences pad it), never
@@ -44,6 +45,7 @@ from transformer_mt.model.vocab import BOS_ID, PAD_ID
 # Shapes are rounded up to powers of two from these minima: every rounding is a masked position
 # or a dummy row of wasted work, every distinct shape is one more graph to compile (seconds).
 MIN_CAPACITY = 32  # self-attention keys: BOS + tokens
+MIN_WINDOW = 16  # self-attention keys a step reads (a window of the capacity; see ``step``)
 MIN_SOURCE = 16  # encoder positions
 MIN_SLOTS = 8  # rows (sentences x beams) once the batch shrinks; fewer would save little work
 # Compiled steps kept per step function before dynamo falls back to eager (its default, 8, is
@@ -270,8 +272,15 @@ class CompiledDecoderState:
         rows = self.slots * self.expand
         if rows > tokens.size(0):  # dummy rows repeat the last real one
             tokens = torch.cat([tokens, tokens[-1:].expand(rows - tokens.size(0), 1)])
+        # self-attention reads a window of the buffers that follows the position (16, 32, 64...
+        # keys): a capacity sized for the longest allowed output is mostly unwritten
+        window = min(self.capacity, bucket(self.steps + 1, MIN_WINDOW))
+        self_k, self_v = self.self_k, self.self_v
+        if window < self.capacity:
+            self_k = [k[:, :, :window] for k in self_k]
+            self_v = [v[:, :, :window] for v in self_v]
         logprobs = self.step_fn(
-            tokens, self.position, self.self_k, self.self_v, self.cross_k, self.cross_v, self.mask
+            tokens, self.position, self_k, self_v, self.cross_k, self.cross_v, self.mask
         )
         self.position = self.position + 1
         self.steps += 1
