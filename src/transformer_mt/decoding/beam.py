@@ -45,9 +45,8 @@ class _Beams:
     """The live part of the search: n sentences x K beams."""
 
     sentence: Tensor  # (n,) index of each live sentence in the input batch
-    scores: (
-        Tensor  # (n, k) summed log-probabilities of the live beams (k = 1 before the first step)
-    )
+    # (n, k) summed log-probabilities of the live beams (k = 1 before the first step)
+    scores: Tensor
     prefix: Tensor  # (n * k, t) BOS + tokens so far
 
 

@@ -28,9 +28,9 @@ class DecoderState:
         memory, mask = model.encode(src)  # (B, S, D), (B, 1, 1, S)
         self.model, self.use_cache = model, use_cache
         self.cache: DecoderCache | None = None
-        if (
-            use_cache
-        ):  # cross-attention K/V projected once per sentence (reorder copies them per beam)
+        # with the cache: cross-attention K/V projected once per sentence (reorder copies them
+        # per beam)
+        if use_cache:
             self.cache = model.start_decoding(memory, mask)
             self.memory = self.mask = None  # all in the cache
         else:
