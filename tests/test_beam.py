@@ -63,6 +63,30 @@ def test_the_first_step_runs_one_row_per_sentence(model: Transformer, monkeypatc
         assert len(hyps) == 4 and len({tuple(h.tokens) for h in hyps}) == 4
 
 
+def test_beams_share_their_sentence_cross_attention(model: Transformer, monkeypatch) -> None:
+    """The eager cache holds the cross-attention K/V once per live sentence, never per beam,
+    as sentences leave the batch; the search finds what the uncached one (a copy per row) does."""
+    seen, step = [], model.decode_step
+
+    def counting(tokens: torch.Tensor, cache) -> torch.Tensor:
+        cross = cache.cross_attn[0].keys
+        seen.append((tokens.size(0), cross.size(0), cache.memory_mask.size(0)))
+        return step(tokens, cache)
+
+    monkeypatch.setattr(model, "decode_step", counting)
+    # limits of |x| tokens: 4, 2 and 3 (min_len keeps every sentence going to its limit)
+    options = dict(beam_size=4, n_best=4, max_len_a=1.0, max_len_b=0, min_len=4)
+    found = beam_search(model, SRC, **options)
+    assert seen == [(3, 3, 3), (12, 3, 3), (12, 3, 3), (8, 2, 2), (4, 1, 1)]
+    monkeypatch.setattr(model, "decode_step", step)
+    uncached = beam_search(model, SRC, use_cache=False, **options)
+    assert [[h.tokens for h in hyps] for hyps in found] == [
+        [h.tokens for h in hyps] for hyps in uncached
+    ]
+    for ours, theirs in zip(found, uncached):
+        assert [h.logprob for h in ours] == pytest.approx([h.logprob for h in theirs], rel=1e-5)
+
+
 def test_beam_one_equals_greedy(model: Transformer) -> None:
     hyps = beam_search(model, SRC, beam_size=1, max_len_b=6)
     assert [h[0].tokens for h in hyps] == greedy_decode(model, SRC, max_len_b=6)

@@ -107,8 +107,8 @@ def beam_search(
         live = _select_live(beams, top_scores, parent, token, K, step, limit, finished)
         if live is None:
             break
-        # a sentence finished, or the first step's rows became K beams each
-        sources_changed = live[0].sentence.numel() < beams.sentence.numel() or k < K
+        # a sentence finished (the first step's rows becoming K beams each changes none)
+        sources_changed = live[0].sentence.numel() < beams.sentence.numel()
         beams, rows = live
         state.reorder(rows, sources_changed, expand=K)
     return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]

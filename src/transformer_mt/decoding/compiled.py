@@ -4,7 +4,7 @@ A cached decoding step of a small batch is a few hundred small operations (proje
 reshapes, masking, LayerNorms) whose Python and dispatch overhead costs as much as their
 arithmetic. Compiled, the step runs as one graph with fused element-wise kernels. A graph is
 built for fixed shapes and fixed Python values, so the state here differs from
-``DecoderState``'s in four ways:
+``DecoderState``'s in three ways:
 
 - the self-attention cache has a fixed capacity (the longest output the search allows, rounded
   up to a power of two): keys are written in place at a position held in a 0-d tensor, and
@@ -13,12 +13,13 @@ built for fixed shapes and fixed Python values, so the state here differs from
 - the encoder output is padded to a power of two of positions (masked);
 - the rows (sentences x beams) stay as many as the first step had until the live ones fit in
   half of them, then shrink to a power of two of sentences (dummy sentences pad it), never
-  below ``MIN_SLOTS`` rows;
-- the cross-attention K/V and the source mask are held once per sentence, not once per beam:
-  a sentence's beams attend as one block of queries (``attention._one_query_attention``), so
-  beam search reads each source's keys once per step and never copies them per beam;
-- the state starts with one row per sentence (beam search's first step: its beams would all
-  start from BOS) and its first ``reorder`` widens it to K rows per sentence.
+  below ``MIN_SLOTS`` rows.
+
+As in ``DecoderState``, the cross-attention K/V and the source mask are held once per
+sentence, not once per beam (a sentence's beams attend as one block of queries,
+``attention._one_query_attention``), and the state starts with one row per sentence (beam
+search's first step: its beams would all start from BOS) until its first ``reorder`` widens it
+to K rows per sentence.
 
 A test set of length-sorted batches therefore compiles a handful of graphs, not one per batch;
 ``compile_count`` says how many. The encoder runs once per batch and stays eager. On CPUs the
@@ -294,7 +295,8 @@ class CompiledDecoderState:
         ``index`` comes in groups of ``expand`` rows that share a sentence (a search's beams of
         one sentence; any rows when ``expand`` is 1). ``expand`` changes the rows per sentence
         from now on: beam search runs its first step on one row per sentence (every beam would
-        start from the same BOS), then widens to its K beams.
+        start from the same BOS), then widens to its K beams. ``sources_changed=False``: the
+        live sentences are the last step's, in order (their cross-attention K/V stay put).
         """
         before, widen = self.expand, expand is not None and expand != self.expand
         if widen:

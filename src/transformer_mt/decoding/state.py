@@ -28,9 +28,11 @@ class DecoderState:
         memory, mask = model.encode(src)  # (B, S, D), (B, 1, 1, S)
         self.model, self.use_cache = model, use_cache
         self.cache: DecoderCache | None = None
-        # with the cache: cross-attention K/V projected once per sentence (reorder copies them
-        # per beam)
+        self.expand = 1  # rows per sentence: 1, then a beam search's K once it widens
         if use_cache:
+            # cross-attention K/V projected once and held once per sentence: a sentence's
+            # beams attend to them as one block of queries (``_one_query_attention``), so
+            # they are never copied per beam
             self.cache = model.start_decoding(memory, mask)
             self.memory = self.mask = None  # all in the cache
         else:
@@ -50,19 +52,29 @@ class DecoderState:
     def reorder(
         self, index: Tensor, sources_changed: bool = True, expand: int | None = None
     ) -> None:
-        """Keep rows ``index`` (B',): surviving beams' parents, or unfinished sentences.
+        """Keep rows ``index`` (B'): surviving beams' parents, or unfinished sentences.
 
-        ``sources_changed=False`` says every row keeps its source sentence (see ``DecoderCache.reorder``).
-        ``expand`` (rows per sentence from now on) is for the compiled state; here every row
-        holds its own copy of its source's state, so ``index`` says it all.
+        ``index`` comes in groups of ``expand`` rows that share a sentence (a search's beams
+        of one sentence; any rows when it is 1); ``expand`` changes the rows per sentence from
+        now on (beam search's first reorder widens 1 row to K). ``sources_changed=False`` says
+        the live sentences are the ones of the last step, in the same order (no sentence
+        left): the per-sentence cross-attention K/V then stay as they are.
         """
-        if self.cache is not None:
-            self.cache = self.cache.reorder(index, sources_changed)
-        elif sources_changed:
-            self.memory, self.mask = (
-                self.memory.index_select(0, index),
-                self.mask.index_select(0, index),
-            )
+        group = self.expand if expand is None else expand
+        if index.numel() % group:
+            raise ValueError(f"{index.numel()} rows kept: not whole sentences of {group} rows")
+        if self.cache is None:  # every row holds its own copy of its source's encoder output
+            if sources_changed or group != self.expand:
+                self.memory = self.memory.index_select(0, index)
+                self.mask = self.mask.index_select(0, index)
+        else:
+            cache = self.cache.reorder(index, sources_changed=False)  # the prefixes' keys
+            if sources_changed:
+                sentences = index.view(-1, group)[:, 0] // self.expand  # each group's sentence
+                cache.cross_attn = [c.reorder(sentences) for c in cache.cross_attn]
+                cache.memory_mask = cache.memory_mask.index_select(0, sentences)
+            self.cache = cache
+        self.expand = group
 
 
 def decoder_state(
