@@ -41,9 +41,10 @@ tau). Choose tau on a development set, never on the test set:
 is scored on the written head.
 
 ``--reverse-run RUN_EN_ES`` adds a model trained the other way: its head (the same ``--head``,
-resolved in that run) aligns the same pairs turned round, and the two directions are
-symmetrized (``--symmetrize grow-diag-final-and`` or ``intersect``); ``--output`` then writes
-the symmetrized links.
+resolved in that run) aligns the same pairs turned round, read by the same ``--method`` (its tau:
+``--threshold``, else the one tuned for that run by ``align.py RUN_EN_ES --tune-on``, else this
+run's), and the two directions are symmetrized (``--symmetrize grow-diag-final-and`` or
+``intersect``); ``--output`` then writes the symmetrized links.
 """
 
 from __future__ import annotations
@@ -339,11 +340,13 @@ def both_directions(args, forward: list, sources, targets, gold, extraction: Ext
     model, tokenizer, _ = load_model(args.reverse_run, average_last=args.average_last)
     attention = attend_corpus(model, tokenizer, targets, sources)
     reverse_gold = swap(gold) if gold is not None else None
-    chosen, reading = output_links(
-        args, args.reverse_run, attention, reverse_gold, None, extraction
-    )
+    # the same method; its tau: --threshold, else the one tuned for that run, else this run's
+    theirs = Extraction.for_run(extraction.method, args.threshold, save_dir(args, args.reverse_run))
+    if theirs.source == "default":
+        theirs = extraction
+    chosen, reading = output_links(args, args.reverse_run, attention, reverse_gold, None, theirs)
     backward = [{(i, j) for j, i in links} for links in chosen.links]  # back to source-target
-    print(f"reverse run: links of {chosen.name} ({reading.mode}) read by {extraction.name}")
+    print(f"reverse run: links of {chosen.name} ({reading.mode}) read by {theirs.name}")
     combined = [symmetrize(f, b, args.symmetrize) for f, b in zip(forward, backward)]
     if gold is not None:
         rows = [("forward", forward), ("reverse", backward)]
@@ -360,10 +363,12 @@ def both_directions(args, forward: list, sources, targets, gold, extraction: Ext
     return combined
 
 
-def save_dir(args: argparse.Namespace) -> Path:
-    if args.save_dir is not None:
+def save_dir(args: argparse.Namespace, run_dir: Path | None = None) -> Path:
+    """Where this run's (or ``run_dir``'s: the reverse run's) tables and tuned tau go."""
+    if run_dir is None and args.save_dir is not None:
         return args.save_dir
-    run = args.run_dir if args.run_dir.is_dir() else args.run_dir.parent
+    run_dir = args.run_dir if run_dir is None else run_dir
+    run = run_dir if run_dir.is_dir() else run_dir.parent
     return run / "align"
 
 

@@ -610,3 +610,30 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
         for f, b in zip(links(tmp_path / "f"), links(tmp_path / "b"))
     ]
     assert links(tmp_path / "both") == expected
+    # each direction is read with its own tuned tau: the reverse run's record, not this run's
+    record = {"parameters": {"grow-diag": 0.3}, "tuned_on": "a dev set"}
+    (reverse / "align").mkdir(exist_ok=True)
+    (reverse / "align" / "extraction.json").write_text(json.dumps(record))
+    grow = ("--head", "1:1", "--method", "grow-diag")
+    back = _script("align.py", reverse, *swapped, *grow, "--output", tmp_path / "gb")
+    forward = _script("align.py", run, *files, *grow, "--output", tmp_path / "gf")
+    both = _script(
+        "align.py",
+        run,
+        *files,
+        *grow,
+        "--reverse-run",
+        reverse,
+        "--symmetrize",
+        "intersect",
+        "--output",
+        tmp_path / "gboth",
+    )
+    assert back.returncode == forward.returncode == both.returncode == 0, both.stderr
+    reverse_line = next(ln for ln in both.stdout.splitlines() if ln.startswith("reverse run:"))
+    assert reverse_line.endswith("read by grow-diag 0.3"), reverse_line
+    expected = [
+        symmetrize(f, {(i, j) for j, i in b}, "intersect")
+        for f, b in zip(links(tmp_path / "gf"), links(tmp_path / "gb"))
+    ]
+    assert links(tmp_path / "gboth") == expected
