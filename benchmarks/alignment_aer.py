@@ -25,7 +25,9 @@ adds the AER of eflomal and of each run's guided (else best) head by source sent
 ``--tune-on xlwa_dev`` reads each guided (else best) head's links by every method of
 ``transformer_mt.align.extract`` (argmax, intersect, threshold, grow-diag), each tau chosen on
 that development set alone, and prints the ceiling beside them: eflomal's own links (the
-teacher) turned into per-row distributions and read back by the same methods, against the gold.
+teacher) turned into per-row distributions and read back by the same methods, against the gold
+(with ``--by-length``, the ceiling's lengths too). With two directions, each direction's head is
+read by every method (its own tau) and each pair of readings is symmetrized.
 AER is lower-better; P and R are precision against possible links and recall of sure ones.
 ``pip install -e ".[align]"`` for eflomal.
 """
@@ -208,6 +210,11 @@ def method_rows(label: str, matrices: list, gold: GoldSet, extractions: dict) ->
     return out
 
 
+def turn(links: set[tuple[int, int]], reverse: bool) -> set[tuple[int, int]]:
+    """A reverse run's links (its source is the first run's target) in the first run's direction."""
+    return {(j, i) for i, j in links} if reverse else links
+
+
 def is_reverse(run: Path, src_lang: str, tgt_lang: str) -> bool:
     """Does the run translate tgt_lang -> src_lang (the first run's direction turned round)?"""
     data = run_data_config(run)
@@ -286,6 +293,7 @@ def main() -> None:
         spec = gold_spec(args.tune_on, args.data_dir, data.src_lang, data.tgt_lang)
         dev = load_gold_set(args.tune_on, spec, data.src_lang, data.tgt_lang)
     tuned, methods_of, ceiling = {}, {}, None
+    dev_reads = {}  # per run and head: its dev links by each method, in the first run's direction
     for gold in sets:
         methods_of = {}
         forward, backward, seconds = run_eflomal(gold, train_src, train_tgt, Path(data.cache_dir))
@@ -308,26 +316,62 @@ def main() -> None:
         for name, run in runs:
             found = score_run(name, run, gold.reversed() if reverse[name] else gold)
             rows, chosen, which, heads[name], matrices = found
-            if dev is not None and not reverse[name]:
+            if dev is not None:
                 key = (name, heads[name])  # once per run and head: its matrices on the dev set
+                own_dev = dev.reversed() if reverse[name] else dev
+                own_gold = gold.reversed() if reverse[name] else gold
                 if key not in tuned:
-                    dev_rows = score_run(name, run, dev, head=heads[name])[-1]
-                    tuned[key] = tuned_on_dev(dev_rows, dev)
-                methods_of[name] = method_rows(f"{name}: {which}", matrices, gold, tuned[key])
+                    dev_rows = score_run(name, run, own_dev, head=heads[name])[-1]
+                    tuned[key] = tuned_on_dev(dev_rows, own_dev)
+                    dev_reads[name] = {
+                        e.method: [turn(e.links(m), reverse[name]) for m in dev_rows]
+                        for e in tuned[key].values()
+                    }
+                read = method_rows(f"{name}: {which}", matrices, own_gold, tuned[key])
+                # scored in its own direction, kept in the first run's
+                methods_of[name] = [
+                    (lb, [turn(ls, reverse[name]) for ls in li], sc) for lb, li, sc in read
+                ]
             for label, (aer, p, r) in rows:
                 print(f"{label:<52} {aer:.3f}  {p:.3f}  {r:.3f}")
             if reverse[name]:  # back into the first run's direction, as eflomal's are
                 chosen = [{(j, i) for i, j in links} for links in chosen]
             chosen_links[name] = chosen
             picked.append((f"{name}: {which}", chosen))
+        both = []  # (label, links, scores) of two directions' heads combined
+        chosen_both = []  # (label, dev AER) of each pair's combination chosen on the dev set
         for one, other in both_ways(reverse):
-            for method in ("intersect", "grow-diag-final-and"):
-                links = [
-                    symmetrize(f, b, method) for f, b in zip(chosen_links[one], chosen_links[other])
-                ]
-                aer, p, r = corpus_scores(links, gold.gold)
-                print(f"{f'{one}+{other}: {method}':<52} {aer:.3f}  {p:.3f}  {r:.3f}")
-            picked.append((f"{one}+{other}: grow-diag-final-and", links))
+            readings = [("argmax", "argmax", chosen_links[one], chosen_links[other])]
+            if dev is not None:  # each direction read by each method (its own tau), then combined
+                for (label, f, _), (other_label, b, _) in zip(methods_of[one], methods_of[other]):
+                    name, other_name = label.split(" by ")[-1], other_label.split(" by ")[-1]
+                    if (
+                        name != "argmax"
+                    ):  # "grow-diag 0.05" and "grow-diag 0.1": "grow-diag 0.05/0.1"
+                        both_taus = (
+                            name if name == other_name else f"{name}/{other_name.split()[-1]}"
+                        )
+                        readings.append((both_taus, name.split()[0], f, b))
+            on_dev = {}  # label -> the combination's AER on the dev set
+            for reading, method_name, forward_links, backward_links in readings:
+                for method in ("intersect", "grow-diag-final-and"):
+                    links = [
+                        symmetrize(f, b, method) for f, b in zip(forward_links, backward_links)
+                    ]
+                    label = f"{one}+{other}: {reading}, {method}"
+                    both.append((label, links, corpus_scores(links, gold.gold)))
+                    if dev is not None:
+                        pairs = zip(dev_reads[one][method_name], dev_reads[other][method_name])
+                        combined = [symmetrize(f, b, method) for f, b in pairs]
+                        on_dev[label] = corpus_scores(combined, dev.gold)[0]
+            if on_dev:  # the combination to report, chosen on the dev set alone
+                chosen_label = min(on_dev, key=on_dev.get)
+                chosen_both.append((chosen_label, on_dev[chosen_label]))
+        for label, _links, (aer, p, r) in both:
+            print(f"{label:<52} {aer:.3f}  {p:.3f}  {r:.3f}")
+        for label, aer in chosen_both:
+            print(f"  chosen on {dev.name} (its AER {aer:.3f} there): {label}")
+        picked += [(label, links) for label, links, _ in both]
         if dev is not None:
             # the ceiling: eflomal's links (the teacher of a guided head) as rows, read back
             teacher = teacher_matrices(symmetric, gold)
@@ -342,15 +386,17 @@ def main() -> None:
             found += [row for rows in methods_of.values() for row in rows]
             for label, _links, (aer, p, r) in found:
                 print(f"  {label:<50} {aer:.3f}  {p:.3f}  {r:.3f}")
-            # argmax is the head's own row above; the ceiling is no model's links
+            # argmax is the head's own row above; the ceiling is no model's links, but its
+            # lengths say how flat a head that copied its teacher could be
             picked += [
                 (label, ls)
                 for label, ls, _ in found
                 if label.split(" by ")[-1] != "argmax" and "ceiling" not in label
             ]
+            ceiling_rows = [(label, ls) for label, ls, _ in found if "ceiling" in label]
         if args.by_length:
             print(f"\nAER by source length (words) on {gold.name}:")
-            for label, links in picked:
+            for label, links in picked + (ceiling_rows if dev is not None else []):
                 print(f"  {label}: {format_by_length(links, gold.gold, gold.sources)}")
         # how closely each head follows eflomal, the teacher of a guided head, on these pairs
         teacher = [(links, links) for links in symmetric]
