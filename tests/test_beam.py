@@ -160,3 +160,21 @@ def test_length_normalisations_by_hand() -> None:
     assert length_penalty(7, 0.0, "power") == 1.0
     with pytest.raises(ValueError, match="unknown length normalisation 'linear'"):
         length_penalty(7, 0.6, "linear")
+
+
+def test_self_attention_caches_are_sized_once(model: Transformer, monkeypatch) -> None:
+    """The eager cache is made for BOS + the length limit before the first step and never grows
+    (growing copies the keys into fresh pages); outputs are the uncached search's."""
+    capacities, step = [], model.decode_step
+
+    def spying(tokens: torch.Tensor, cache) -> torch.Tensor:
+        capacities.append({c.k.size(2) for c in cache.self_attn})
+        return step(tokens, cache)
+
+    monkeypatch.setattr(model, "decode_step", spying)
+    options = dict(beam_size=3, max_len_a=0.0, max_len_b=20, min_len=20)  # 20 tokens, then EOS
+    found = beam_search(model, SRC, **options)
+    assert capacities == [{21}] * 21
+    monkeypatch.setattr(model, "decode_step", step)
+    uncached = beam_search(model, SRC, use_cache=False, **options)
+    assert [h[0].tokens for h in found] == [h[0].tokens for h in uncached]

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from transformer_mt.decoding.compiled import CompiledDecoderState
 from transformer_mt.model import DecoderCache, Transformer
+from transformer_mt.model.cache import LayerCache
 from transformer_mt.model.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -22,18 +23,33 @@ class DecoderState:
     K/V included) and sends only the last position through the output layer, as the Annotated
     Transformer's loop does: the stricter uncached baseline, for greedy and beam search alike.
     The benchmark compares the two and a test pins their outputs together.
+
+    ``max_tokens`` (the search's length limit), when given, sizes the self-attention caches
+    once for BOS and that many tokens, instead of growing them on the way.
     """
 
-    def __init__(self, model: Transformer, src: Tensor, use_cache: bool = True) -> None:
+    def __init__(
+        self,
+        model: Transformer,
+        src: Tensor,
+        use_cache: bool = True,
+        max_tokens: int | None = None,
+    ) -> None:
         memory, mask = model.encode(src)  # (B, S, D), (B, 1, 1, S)
         self.model, self.use_cache = model, use_cache
         self.cache: DecoderCache | None = None
         self.expand = 1  # rows per sentence: 1, then a beam search's K once it widens
         if use_cache:
+            cache = model.start_decoding(memory, mask)
             # cross-attention K/V projected once and held once per sentence: a sentence's
             # beams attend to them as one block of queries (``_one_query_attention``), so
-            # they are never copied per beam
-            self.cache = model.start_decoding(memory, mask)
+            # they are never copied per beam; contiguous, or every step's matmul copies them
+            cache.cross_attn = [
+                LayerCache.of(c.k.contiguous(), c.v.contiguous()) for c in cache.cross_attn
+            ]
+            if max_tokens is not None:  # self-attention caches sized once: BOS + max_tokens
+                cache.self_attn = [LayerCache.empty(c, max_tokens + 1) for c in cache.cross_attn]
+            self.cache = cache
             self.memory = self.mask = None  # all in the cache
         else:
             self.memory, self.mask = memory, mask
@@ -86,7 +102,7 @@ def decoder_state(
     ``max_tokens``: the most tokens a row may receive (the compiled cache's capacity).
     """
     if not compile:
-        return DecoderState(model, src, use_cache=use_cache)
+        return DecoderState(model, src, use_cache=use_cache, max_tokens=max_tokens)
     if not use_cache:
         raise ValueError("compile=True needs use_cache=True: the compiled step is the cached one")
     return CompiledDecoderState(model, src, max_tokens)
