@@ -36,7 +36,8 @@ tau). Choose tau on a development set, never on the test set:
     python scripts/align.py RUN --head guided --tune-on xlwa:$DATA/word_alignment_gold_esen_xlwa/orig/dev.tsv
     python scripts/align.py RUN --head guided --method threshold --src ... --tgt ... --gold ... --output out.align
 
-``--tune-on`` records tau in ``RUN_DIR/align/extraction.json``; ``--method`` then uses it
+``--tune-on`` records tau in ``RUN_DIR/align/extraction.json`` (given alone, without ``--src``
+/ ``--tgt``, it only tunes); ``--method`` then uses it
 (``--threshold`` overrides it), as does ``translate.py --alignments``. With gold, every method
 is scored on the written head.
 
@@ -208,6 +209,13 @@ def main() -> None:
     Extraction.for_run(args.method, args.threshold)  # a bad --threshold fails before any work
     if args.reverse_run is not None:
         check_reverse(args.run_dir, args.reverse_run)
+    if args.tune_on is not None and args.src is None and args.output is None:
+        # tuning alone: the development set is all it reads (no --src/--tgt needed)
+        if args.reverse_run is not None or args.gold is not None:
+            raise UserError("--reverse-run and --gold read --src/--tgt: pass them, or tune alone")
+        model, tokenizer, _ = load_model(args.run_dir, average_last=args.average_last)
+        tune_extraction(args, model, tokenizer)
+        return
     sources, targets, gold, what = load_pairs(args)
     model, tokenizer, checkpoints = load_model(args.run_dir, average_last=args.average_last)
     print(f"{what}; model {', '.join(p.name for p in checkpoints)}; heads averaged")

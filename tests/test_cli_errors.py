@@ -119,6 +119,12 @@ CASES = {
         {},
         r"--tune-on .*dev\.tsv.*: expected xlwa:FILE\.tsv or graca:FOLDER",
     ),
+    "align --tune-on with --gold but no --src/--tgt": (
+        "align.py",
+        lambda p: [p.run, "--tune-on", f"xlwa:{p.tmp / 'dev.tsv'}", "--gold", p.tmp / "gold"],
+        {},
+        r"--reverse-run and --gold read --src/--tgt: pass them, or tune alone",
+    ),
     "align --reverse-run translating the same way": (
         "align.py",
         lambda p: [p.run, "--limit", "5", "--layer", "1", "--reverse-run", p.run],
