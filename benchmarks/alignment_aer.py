@@ -345,13 +345,11 @@ def main() -> None:
             if dev is not None:  # each direction read by each method (its own tau), then combined
                 for (label, f, _), (other_label, b, _) in zip(methods_of[one], methods_of[other]):
                     name, other_name = label.split(" by ")[-1], other_label.split(" by ")[-1]
-                    if (
-                        name != "argmax"
-                    ):  # "grow-diag 0.05" and "grow-diag 0.1": "grow-diag 0.05/0.1"
-                        both_taus = (
-                            name if name == other_name else f"{name}/{other_name.split()[-1]}"
-                        )
-                        readings.append((both_taus, name.split()[0], f, b))
+                    if name == "argmax":  # read above, from the heads' own rows
+                        continue
+                    # "grow-diag 0.05" beside "grow-diag 0.1" reads "grow-diag 0.05/0.1"
+                    taus = name if name == other_name else f"{name}/{other_name.split()[-1]}"
+                    readings.append((taus, name.split()[0], f, b))
             on_dev = {}  # label -> the combination's AER on the dev set
             for reading, method_name, forward_links, backward_links in readings:
                 for method in ("intersect", "grow-diag-final-and"):
