@@ -170,7 +170,8 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     assert f"rev: guided head 1:1 {how}" in result.stdout
     assert "eflomal grow-diag-final-and" in result.stdout
     table = {line[:52].strip(): line[52:].split() for line in result.stdout.splitlines()}
-    assert len(table["tiny+rev: intersect"]) == len(table["tiny+rev: grow-diag-final-and"]) == 3
+    assert len(table["tiny+rev: argmax, intersect"]) == 3
+    assert len(table["tiny+rev: argmax, grow-diag-final-and"]) == 3
     assert "against eflomal grow-diag-final-and as if it were the gold" in result.stdout
     taught = table["tiny: 50 pairs"]  # the guided head against its own training links
     aer, precision, recall = map(float, taught)
