@@ -210,6 +210,36 @@ def method_rows(label: str, matrices: list, gold: GoldSet, extractions: dict) ->
     return out
 
 
+def combine_directions(
+    prefix: str, readings: list, gold: list, dev_pairs: dict | None, dev_gold: list | None
+) -> tuple[list, tuple[str, float] | None]:
+    """Two directions' readings, each pair combined by intersection and grow-diag-final-and.
+
+    Args:
+        readings: (label, method, forward links, backward links): one head of each direction
+            read by ``method``, both in the first direction's (source, target) order.
+        dev_pairs: per method, (forward, backward) links of the dev set, read the same way.
+
+    Returns:
+        (label, links, (AER, P, R)) of every combination against ``gold``, and the label of
+        the one with the lowest AER on the dev set with that AER (None without a dev set).
+    """
+    rows, on_dev = [], {}
+    for reading, method, forward, backward in readings:
+        for how in ("intersect", "grow-diag-final-and"):
+            links = [symmetrize(f, b, how) for f, b in zip(forward, backward)]
+            label = f"{prefix}: {reading}, {how}"
+            rows.append((label, links, corpus_scores(links, gold)))
+            if dev_pairs is not None:
+                dev_forward, dev_backward = dev_pairs[method]
+                combined = [symmetrize(f, b, how) for f, b in zip(dev_forward, dev_backward)]
+                on_dev[label] = corpus_scores(combined, dev_gold)[0]
+    if not on_dev:
+        return rows, None
+    best = min(on_dev, key=on_dev.get)
+    return rows, (best, on_dev[best])
+
+
 def turn(links: set[tuple[int, int]], reverse: bool) -> set[tuple[int, int]]:
     """A reverse run's links (its source is the first run's target) in the first run's direction."""
     return {(j, i) for i, j in links} if reverse else links
@@ -350,21 +380,15 @@ def main() -> None:
                     # "grow-diag 0.05" beside "grow-diag 0.1" reads "grow-diag 0.05/0.1"
                     taus = name if name == other_name else f"{name}/{other_name.split()[-1]}"
                     readings.append((taus, name.split()[0], f, b))
-            on_dev = {}  # label -> the combination's AER on the dev set
-            for reading, method_name, forward_links, backward_links in readings:
-                for method in ("intersect", "grow-diag-final-and"):
-                    links = [
-                        symmetrize(f, b, method) for f, b in zip(forward_links, backward_links)
-                    ]
-                    label = f"{one}+{other}: {reading}, {method}"
-                    both.append((label, links, corpus_scores(links, gold.gold)))
-                    if dev is not None:
-                        pairs = zip(dev_reads[one][method_name], dev_reads[other][method_name])
-                        combined = [symmetrize(f, b, method) for f, b in pairs]
-                        on_dev[label] = corpus_scores(combined, dev.gold)[0]
-            if on_dev:  # the combination to report, chosen on the dev set alone
-                chosen_label = min(on_dev, key=on_dev.get)
-                chosen_both.append((chosen_label, on_dev[chosen_label]))
+            dev_pairs = None
+            if dev is not None:
+                dev_pairs = {m: (dev_reads[one][m], dev_reads[other][m]) for m in dev_reads[one]}
+            rows, chosen_one = combine_directions(
+                f"{one}+{other}", readings, gold.gold, dev_pairs, dev.gold if dev else None
+            )
+            both += rows
+            if chosen_one is not None:
+                chosen_both.append(chosen_one)
         for label, _links, (aer, p, r) in both:
             print(f"{label:<52} {aer:.3f}  {p:.3f}  {r:.3f}")
         for label, aer in chosen_both:

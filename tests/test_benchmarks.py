@@ -184,3 +184,36 @@ def test_alignment_aer_reads_the_german_english_gold_in_either_direction(monkeyp
     assert sum(len(s) for s, _ in de_en.gold) == 1232
     with pytest.raises(SystemExit, match="--gold bicici pairs de with en; the run is es->en"):
         bench.gold_spec("bicici", SHARED, "es", "en")
+
+
+def test_alignment_aer_chooses_the_two_direction_combination_on_the_dev_set(monkeypatch) -> None:
+    """Every reading of two directions is combined both ways and scored on the gold; the one
+    reported is chosen by its dev-set AER alone, even where another wins on the gold."""
+    monkeypatch.syspath_prepend(str(BENCH))  # its `from machine import describe`
+    spec = importlib.util.spec_from_file_location("alignment_aer", BENCH / "alignment_aer.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    gold = [({(0, 0), (1, 1)}, {(0, 0), (1, 1)})]
+    readings = [  # (label, method, forward links, backward links), one sentence each
+        ("argmax", "argmax", [{(0, 0), (1, 0)}], [{(0, 0), (1, 1)}]),
+        ("grow-diag 0.1", "grow-diag", [{(0, 0), (1, 1)}], [{(0, 0), (1, 1), (1, 0)}]),
+    ]
+    dev_gold = [({(0, 1), (1, 0)}, {(0, 1), (1, 0)})]
+    dev_pairs = {
+        "argmax": ([{(0, 1), (1, 0)}], [{(0, 1), (1, 0), (2, 2)}]),
+        "grow-diag": ([{(0, 0)}], [{(0, 0)}]),
+    }
+    rows, chosen = bench.combine_directions("a+b", readings, gold, dev_pairs, dev_gold)
+    aer = {label: scores[0] for label, _, scores in rows}
+    assert list(aer) == [
+        "a+b: argmax, intersect",
+        "a+b: argmax, grow-diag-final-and",
+        "a+b: grow-diag 0.1, intersect",
+        "a+b: grow-diag 0.1, grow-diag-final-and",
+    ]
+    # by hand: argmax intersected keeps (0, 0) alone: 1 - (1 + 1) / (1 + 2)
+    assert aer["a+b: argmax, intersect"] == pytest.approx(1 / 3)
+    assert aer["a+b: grow-diag 0.1, intersect"] == 0.0  # the best on the gold...
+    # ...but on dev argmax intersected is exact, and grow-diag-final-and adds the stray (2, 2)
+    assert chosen == ("a+b: argmax, intersect", 0.0)
+    assert bench.combine_directions("a+b", readings, gold, None, None)[1] is None
