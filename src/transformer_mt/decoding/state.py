@@ -84,12 +84,9 @@ class DecoderState:
                 self.memory = self.memory.index_select(0, index)
                 self.mask = self.mask.index_select(0, index)
         else:
-            cache = self.cache.reorder(index, sources_changed=False)  # the prefixes' keys
-            if sources_changed:
-                sentences = index.view(-1, group)[:, 0] // self.expand  # each group's sentence
-                cache.cross_attn = [c.reorder(sentences) for c in cache.cross_attn]
-                cache.memory_mask = cache.memory_mask.index_select(0, sentences)
-            self.cache = cache
+            # each group's sentence: the cross-attention K/V are held once per sentence
+            sentences = index.view(-1, group)[:, 0] // self.expand if sources_changed else None
+            self.cache = self.cache.reorder(index, sources_changed, sentences)
         self.expand = group
 
 

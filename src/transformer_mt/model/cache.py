@@ -125,19 +125,29 @@ class DecoderCache:
         """The self-attention mask of a decoding step's query: None, every cached key is real."""
         return None
 
-    def reorder(self, index: Tensor, sources_changed: bool = True) -> DecoderCache:
+    def reorder(
+        self, index: Tensor, sources_changed: bool = True, sentences: Tensor | None = None
+    ) -> DecoderCache:
         """Select batch rows (B',) for beam search or pruning finished sentences.
 
         Args:
             sources_changed: False when ``index`` only permutes rows that share a source
                 sentence (beams of the same sentence): the cross-attention K/V are then
                 identical row for row and are kept as they are, saving a copy per layer.
+            sentences: the rows of the cross-attention K/V and mask to keep, when they are
+                held once per sentence (``DecoderState``) rather than once per row; default
+                ``index``.
         """
-        same = not sources_changed
+        if not sources_changed:
+            cross, mask = self.cross_attn, self.memory_mask
+        else:
+            keep = index if sentences is None else sentences
+            cross = [c.reorder(keep) for c in self.cross_attn]
+            mask = self.memory_mask.index_select(0, keep)
         return DecoderCache(
             self_attn=[c.reorder(index) if c is not None else None for c in self.self_attn],
-            cross_attn=self.cross_attn if same else [c.reorder(index) for c in self.cross_attn],
-            memory_mask=self.memory_mask if same else self.memory_mask.index_select(0, index),
+            cross_attn=cross,
+            memory_mask=mask,
             offset=self.offset,
         )
 
