@@ -27,7 +27,9 @@ adds the AER of eflomal and of each run's guided (else best) head by source sent
 that development set alone, and prints the ceiling beside them: eflomal's own links (the
 teacher) turned into per-row distributions and read back by the same methods, against the gold
 (with ``--by-length``, the ceiling's lengths too). With two directions, each direction's head is
-read by every method (its own tau) and each pair of readings is symmetrized.
+read by every method (its own tau) and each pair of readings is symmetrized; the two heads'
+matrices are also merged cell by cell (average, geometric mean) and read by every method
+(tau chosen on the dev set's merged matrices). The dev set names the one combination to report.
 AER is lower-better; P and R are precision against possible links and recall of sure ones.
 ``pip install -e ".[align]"`` for eflomal.
 """
@@ -45,7 +47,15 @@ import numpy as np
 from machine import describe  # benchmarks/machine.py
 
 from transformer_mt.align.eflomal import align_corpus
-from transformer_mt.align.extract import EXTRACTIONS, TUNING_GRID, Extraction, teacher_rows, tune
+from transformer_mt.align.extract import (
+    EXTRACTIONS,
+    MERGES,
+    TUNING_GRID,
+    Extraction,
+    merge_directions,
+    teacher_rows,
+    tune,
+)
 from transformer_mt.align.gold import GoldSet, load_gold_set
 from transformer_mt.align.links import corpus_scores, read_pharaoh, symmetrize
 from transformer_mt.align.reading import READING_MODES, HeadReading, guided_reading
@@ -211,14 +221,24 @@ def method_rows(label: str, matrices: list, gold: GoldSet, extractions: dict) ->
 
 
 def combine_directions(
-    prefix: str, readings: list, gold: list, dev_pairs: dict | None, dev_gold: list | None
+    prefix: str,
+    readings: list,
+    gold: list,
+    dev_pairs: dict | None,
+    dev_gold: list | None,
+    matrices: tuple[list, list] | None = None,
+    dev_matrices: tuple[list, list] | None = None,
 ) -> tuple[list, tuple[str, float] | None]:
-    """Two directions' readings, each pair combined by intersection and grow-diag-final-and.
+    """Two directions' readings, each pair combined by intersection and grow-diag-final-and;
+    and the two heads' matrices merged cell by cell, then read by every method.
 
     Args:
         readings: (label, method, forward links, backward links): one head of each direction
             read by ``method``, both in the first direction's (source, target) order.
         dev_pairs: per method, (forward, backward) links of the dev set, read the same way.
+        matrices: (forward, backward) word matrices of the scored pairs, both (W_tgt, W_src) in
+            the first direction: merged by each of ``MERGES`` and read by each method, its tau
+            chosen on ``dev_matrices`` merged the same way (needs the dev set).
 
     Returns:
         (label, links, (AER, P, R)) of every combination against ``gold``, and the label of
@@ -234,6 +254,18 @@ def combine_directions(
                 dev_forward, dev_backward = dev_pairs[method]
                 combined = [symmetrize(f, b, how) for f, b in zip(dev_forward, dev_backward)]
                 on_dev[label] = corpus_scores(combined, dev_gold)[0]
+    if matrices is not None and dev_matrices is not None:
+        for how in MERGES:
+            merged = [merge_directions(f, b, how) for f, b in zip(*matrices)]
+            dev_merged = [merge_directions(f, b, how) for f, b in zip(*dev_matrices)]
+            for method in EXTRACTIONS:
+                tau = tune(dev_merged, dev_gold, method)[0] if method in TUNING_GRID else None
+                extraction = Extraction(method, tau)
+                label = f"{prefix}: {how}, {extraction.name}"
+                links = [extraction.links(m) for m in merged]
+                rows.append((label, links, corpus_scores(links, gold)))
+                dev_links = [extraction.links(m) for m in dev_merged]
+                on_dev[label] = corpus_scores(dev_links, dev_gold)[0]
     if not on_dev:
         return rows, None
     best = min(on_dev, key=on_dev.get)
@@ -324,6 +356,7 @@ def main() -> None:
         dev = load_gold_set(args.tune_on, spec, data.src_lang, data.tgt_lang)
     tuned, methods_of, ceiling = {}, {}, None
     dev_reads = {}  # per run and head: its dev links by each method, in the first run's direction
+    dev_mats = {}  # per run: its head's dev matrices, (W_tgt, W_src) in the first run's direction
     for gold in sets:
         methods_of = {}
         forward, backward, seconds = run_eflomal(gold, train_src, train_tgt, Path(data.cache_dir))
@@ -343,9 +376,11 @@ def main() -> None:
         picked = [("eflomal grow-diag-final-and", symmetric)]  # for --by-length and agreement
         chosen_links = {}
         heads = {}
+        mats_of = {}  # per run: its head's matrices in the first run's direction
         for name, run in runs:
             found = score_run(name, run, gold.reversed() if reverse[name] else gold)
             rows, chosen, which, heads[name], matrices = found
+            mats_of[name] = [m.T if reverse[name] else m for m in matrices]
             if dev is not None:
                 key = (name, heads[name])  # once per run and head: its matrices on the dev set
                 own_dev = dev.reversed() if reverse[name] else dev
@@ -357,6 +392,7 @@ def main() -> None:
                         e.method: [turn(e.links(m), reverse[name]) for m in dev_rows]
                         for e in tuned[key].values()
                     }
+                    dev_mats[name] = [m.T if reverse[name] else m for m in dev_rows]
                 read = method_rows(f"{name}: {which}", matrices, own_gold, tuned[key])
                 # scored in its own direction, kept in the first run's
                 methods_of[name] = [
@@ -380,11 +416,18 @@ def main() -> None:
                     # "grow-diag 0.05" beside "grow-diag 0.1" reads "grow-diag 0.05/0.1"
                     taus = name if name == other_name else f"{name}/{other_name.split()[-1]}"
                     readings.append((taus, name.split()[0], f, b))
-            dev_pairs = None
+            dev_pairs = dev_matrices = None
             if dev is not None:
                 dev_pairs = {m: (dev_reads[one][m], dev_reads[other][m]) for m in dev_reads[one]}
+                dev_matrices = (dev_mats[one], dev_mats[other])
             rows, chosen_one = combine_directions(
-                f"{one}+{other}", readings, gold.gold, dev_pairs, dev.gold if dev else None
+                f"{one}+{other}",
+                readings,
+                gold.gold,
+                dev_pairs,
+                dev.gold if dev else None,
+                (mats_of[one], mats_of[other]),
+                dev_matrices,
             )
             both += rows
             if chosen_one is not None:

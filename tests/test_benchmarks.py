@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from .conftest import ROOT, SHARED, needs_shared
 
@@ -217,3 +218,25 @@ def test_alignment_aer_chooses_the_two_direction_combination_on_the_dev_set(monk
     # ...but on dev argmax intersected is exact, and grow-diag-final-and adds the stray (2, 2)
     assert chosen == ("a+b: argmax, intersect", 0.0)
     assert bench.combine_directions("a+b", readings, gold, None, None)[1] is None
+    # Merged matrices, one sentence of 2 x 2 words: the forward head puts both target words on
+    # source word 0, the reverse head (turned round: columns are source words) gets them right.
+    # Every pair of hard readings misses on this dev set; the merged matrix read by argmax does not.
+    forward = torch.tensor([[0.6, 0.4], [0.6, 0.4]])
+    backward = torch.tensor([[0.9, 0.2], [0.1, 0.8]])
+    right = [({(0, 0), (1, 1)}, {(0, 0), (1, 1)})]
+    dev_pairs = {
+        "argmax": ([{(0, 0), (0, 1)}], [{(0, 0), (1, 1)}]),
+        "grow-diag": ([{(0, 0), (0, 1)}], [{(0, 0), (0, 1)}]),
+    }
+    rows, chosen = bench.combine_directions(
+        "a+b", readings, gold, dev_pairs, right, ([forward], [backward]), ([forward], [backward])
+    )
+    merged = {label: (links, scores[0]) for label, links, scores in rows[4:]}
+    assert list(merged) == [
+        f"a+b: {how}, {method}"
+        for how, tau in (("average", 0.4), ("product", 0.3))  # taus tuned on this dev set
+        for method in ("argmax", "intersect", f"threshold {tau:g}", "grow-diag 0")
+    ]
+    assert merged["a+b: average, argmax"] == ([{(0, 0), (1, 1)}], 0.0)
+    assert merged["a+b: product, argmax"] == ([{(0, 0), (1, 1)}], 0.0)
+    assert chosen == ("a+b: average, argmax", 0.0)  # the hard pairs' best on dev: 0.2

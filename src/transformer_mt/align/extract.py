@@ -12,6 +12,13 @@ is read as links in one of four ways (``EXTRACTIONS``):
   argmaxes (target->source) and the column argmaxes (source->target) of at least tau are the
   two directions, their intersection grown towards their union. tau = 0 keeps every argmax.
 
+Two directions' matrices (a forward run's and a reverse run's, turned round into the same
+(W_tgt, W_src) orientation) can also be merged cell by cell before any reading
+(``merge_directions``): ``average`` (their mean) or ``product`` (their geometric mean: a link
+must be likely both ways, the agreement of Liang et al. 2006 read from posteriors); the merged
+matrix is then read by any method above. Hard links of two directions are combined instead by
+``links.symmetrize``.
+
 A parameter is chosen on a development gold set only (``tune``; ``scripts/align.py --tune-on``
 records it for a run in ``RUN_DIR/align/extraction.json``), never on a test set.
 
@@ -40,6 +47,7 @@ TUNING_GRID = {
     "grow-diag": (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4),
 }
 RECORD = "extraction.json"  # in RUN_DIR/align
+MERGES = ("average", "product")  # two directions' matrices, cell by cell (merge_directions)
 
 
 def row_argmax(weights: Tensor, at_least: float = 0.0) -> Links:
@@ -176,6 +184,27 @@ def save_tuned(folder: Path, parameters: dict[str, float], tuned_on: str, tables
     record = {"parameters": parameters, "tuned_on": tuned_on, "tables": tables}
     path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return path
+
+
+def merge_directions(forward: Tensor, backward: Tensor, how: str) -> Tensor:
+    """Two directions' word-level matrices as one, cell by cell.
+
+    Args:
+        forward: (W_tgt, W_src) a forward head's rows.
+        backward: (W_tgt, W_src) a reverse head's rows turned round (its (W_src, W_tgt) matrix
+            transposed): each of its columns is one source word's attention.
+        how: ``average`` (the mean) or ``product`` (the geometric mean).
+    """
+    if how not in MERGES:
+        raise ValueError(f"unknown merge {how!r}: use {', '.join(MERGES)}")
+    if forward.shape != backward.shape:
+        raise ValueError(
+            f"forward matrix {tuple(forward.shape)} and turned-round reverse matrix "
+            f"{tuple(backward.shape)} differ: not the same sentence pair"
+        )
+    if how == "average":
+        return (forward + backward) / 2
+    return (forward * backward).sqrt()
 
 
 def teacher_rows(links: Links, n_tgt: int, n_src: int) -> Tensor:
