@@ -45,7 +45,15 @@ is scored on the written head.
 resolved in that run) aligns the same pairs turned round, read by the same ``--method`` (its tau:
 ``--threshold``, else the one tuned for that run by ``align.py RUN_EN_ES --tune-on``, else this
 run's), and the two directions are symmetrized (``--symmetrize grow-diag-final-and`` or
-``intersect``); ``--output`` then writes the symmetrized links.
+``intersect``); ``--output`` then writes the symmetrized links. ``--symmetrize product`` (or
+``average``) merges the two heads' matrices cell by cell first (their geometric mean: a link
+must be likely both ways; or their mean) and reads the merged matrix by ``--method``; its tau is
+tuned for the pair on a development set:
+
+    python scripts/align.py RUN --reverse-run RUN_EN_ES --head guided --symmetrize product \
+        --tune-on xlwa:$DATA/word_alignment_gold_esen_xlwa/orig/dev.tsv
+    python scripts/align.py RUN --reverse-run RUN_EN_ES --head guided --symmetrize product \
+        --method grow-diag --src ... --tgt ... --output both.align
 """
 
 from __future__ import annotations
@@ -56,8 +64,12 @@ from pathlib import Path
 
 from transformer_mt.align.extract import (
     EXTRACTIONS,
+    MERGES,
+    RECORD,
     TUNING_GRID,
     Extraction,
+    merge_directions,
+    merged_record,
     save_tuned,
     tune,
 )
@@ -156,8 +168,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--symmetrize",
         default="grow-diag-final-and",
-        choices=["grow-diag-final-and", "intersect"],
-        help="how --reverse-run's links are combined (default grow-diag-final-and)",
+        choices=["grow-diag-final-and", "intersect", *MERGES],
+        help="how --reverse-run's direction is combined: its links with this run's "
+        "(grow-diag-final-and, the default; intersect), or its matrices merged with this run's "
+        "before --method reads them (product: geometric mean; average)",
     )
     parser.add_argument(
         "--mode",
@@ -180,6 +194,12 @@ def parse_args() -> argparse.Namespace:
             parser.error(
                 f"--tune-on {args.tune_on!r}: expected xlwa:FILE.tsv or graca:FOLDER (a development "
                 f"gold set; never the test set you report)"
+            )
+        if args.reverse_run is not None and args.symmetrize not in MERGES:
+            parser.error(
+                f"--tune-on with --reverse-run tunes tau of merged matrices (--symmetrize "
+                f"{' or '.join(MERGES)}); --symmetrize {args.symmetrize} combines each run's "
+                f"own links: tune each run alone (align.py RUN --tune-on ...)"
             )
     return args
 
@@ -211,8 +231,8 @@ def main() -> None:
         check_reverse(args.run_dir, args.reverse_run)
     if args.tune_on is not None and args.src is None and args.output is None:
         # tuning alone: the development set is all it reads (no --src/--tgt needed)
-        if args.reverse_run is not None or args.gold is not None:
-            raise UserError("--reverse-run and --gold read --src/--tgt: pass them, or tune alone")
+        if args.gold is not None:
+            raise UserError("--gold scores --src/--tgt: pass them, or tune alone")
         model, tokenizer, _ = load_model(args.run_dir, average_last=args.average_last)
         tune_extraction(args, model, tokenizer)
         return
@@ -242,7 +262,8 @@ def main() -> None:
     if gold is not None:
         compare_methods(attention, gold, reading, save_dir(args), sources)
     if args.reverse_run is not None:
-        links = both_directions(args, links, sources, targets, gold, extraction)
+        forward = (links, matrices(attention, reading))
+        links = both_directions(args, forward, sources, targets, gold, extraction)
     if args.output is not None:
         args.output.write_text("".join(format_pharaoh(ls) + "\n" for ls in links), encoding="utf-8")
         both = f", {args.symmetrize} with --reverse-run" if args.reverse_run is not None else ""
@@ -319,15 +340,21 @@ def tune_extraction(args: argparse.Namespace, model, tokenizer) -> None:
             )
     _, reading = output_links(args, args.run_dir, attention, dev.gold, None, Extraction())
     rows = matrices(attention, reading)
+    what, record = reading.name, RECORD
+    if args.reverse_run is not None:  # the pair's merged matrices (--symmetrize product/average)
+        theirs, their_reading = reverse_matrices(args, dev.sources, dev.targets, swap(dev.gold))
+        rows = [merge_directions(f, b, args.symmetrize) for f, b in zip(rows, theirs)]
+        what = f"{reading.name}, {args.symmetrize} with {args.reverse_run}'s {their_reading.name}"
+        record = merged_record(args.symmetrize)
     chosen, tables = {}, {}
     print(
-        f"\ntuning on {args.tune_on} ({len(dev)} pairs{f', {dropped} left out' if dropped else ''}), {reading.name}:"
+        f"\ntuning on {args.tune_on} ({len(dev)} pairs{f', {dropped} left out' if dropped else ''}), {what}:"
     )
     for method in TUNING_GRID:
         chosen[method], tables[method] = tune(rows, dev.gold, method)
         cells = "  ".join(f"{tau:g}: {aer:.3f}" for tau, aer, _, _ in tables[method])
         print(f"  {method} AER by tau: {cells}\n    chosen {chosen[method]:g}")
-    where = save_tuned(save_dir(args), chosen, f"{args.tune_on} ({reading.name})", tables)
+    where = save_tuned(save_dir(args), chosen, f"{args.tune_on} ({what})", tables, record)
     print(f"wrote {where}")
 
 
@@ -342,26 +369,54 @@ def check_reverse(run_dir: Path, reverse_run: Path) -> None:
         )
 
 
-def both_directions(args, forward: list, sources, targets, gold, extraction: Extraction) -> list:
-    """``--reverse-run``: its head's links of the pairs turned round, symmetrized with
-    ``forward``; with gold, each direction and both combinations scored."""
+def reverse_matrices(args, sources, targets, reverse_gold):
+    """``--reverse-run``'s head (the same ``--head``, resolved in that run) on the pairs turned
+    round: its (W_tgt, W_src) word matrices in this run's direction, and its ``HeadReading``."""
     model, tokenizer, _ = load_model(args.reverse_run, average_last=args.average_last)
     attention = attend_corpus(model, tokenizer, targets, sources)
+    _, reading = output_links(args, args.reverse_run, attention, reverse_gold, None, Extraction())
+    return [m.T for m in matrices(attention, reading)], reading
+
+
+def both_directions(
+    args, forward: tuple[list, list], sources, targets, gold, extraction: Extraction
+) -> list:
+    """``--reverse-run``: its head on the pairs turned round, combined with ``forward`` (this
+    run's links and word matrices) by ``--symmetrize``; with gold, each direction and every
+    combination scored."""
+    forward_links, forward_rows = forward
     reverse_gold = swap(gold) if gold is not None else None
+    backward_rows, reading = reverse_matrices(args, sources, targets, reverse_gold)
     # the same method; its tau: --threshold, else the one tuned for that run, else this run's
     theirs = Extraction.for_run(extraction.method, args.threshold, save_dir(args, args.reverse_run))
     if theirs.source == "default":
         theirs = extraction
-    chosen, reading = output_links(args, args.reverse_run, attention, reverse_gold, None, theirs)
-    backward = [{(i, j) for j, i in links} for links in chosen.links]  # back to source-target
-    print(f"reverse run: links of {chosen.name} ({reading.mode}) read by {theirs.name}")
-    combined = [symmetrize(f, b, args.symmetrize) for f, b in zip(forward, backward)]
+    # read in its own direction (a column argmax there is a row argmax here), turned back
+    backward = [{(i, j) for j, i in theirs.links(m.T)} for m in backward_rows]
+    print(f"reverse run: links of {reading.name} ({reading.mode}) read by {theirs.name}")
+    merged = {}  # merge -> (its extraction, links)
+    for how in MERGES:
+        record = merged_record(how)
+        own = Extraction.for_run(extraction.method, args.threshold, save_dir(args), record)
+        if own.source == "default" and how == args.symmetrize:
+            print(
+                f"note: no tau tuned for {how}-merged matrices: {own.name} (tune it with "
+                f"--reverse-run {args.reverse_run} --symmetrize {how} --tune-on FORMAT:DEV)"
+            )
+        rows = [merge_directions(f, b, how) for f, b in zip(forward_rows, backward_rows)]
+        merged[how] = (own, [own.links(m) for m in rows])
+    if args.symmetrize in MERGES:
+        own, combined = merged[args.symmetrize]
+        print(f"merged by {args.symmetrize}, read by {own.name} ({own.source})")
+    else:
+        combined = [symmetrize(f, b, args.symmetrize) for f, b in zip(forward_links, backward)]
     if gold is not None:
-        rows = [("forward", forward), ("reverse", backward)]
+        rows = [("forward", forward_links), ("reverse", backward)]
         rows += [
-            (m, [symmetrize(f, b, m) for f, b in zip(forward, backward)])
+            (m, [symmetrize(f, b, m) for f, b in zip(forward_links, backward)])
             for m in ("intersect", "grow-diag-final-and")
         ]
+        rows += [(f"{how}, {own.name}", links) for how, (own, links) in merged.items()]
         print(f"{'direction':<22} {'AER':>6} {'P':>6} {'R':>6}  by source length")
         for name, links in rows:
             aer, p, r = corpus_scores(links, gold)

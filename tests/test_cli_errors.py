@@ -123,7 +123,15 @@ CASES = {
         "align.py",
         lambda p: [p.run, "--tune-on", f"xlwa:{p.tmp / 'dev.tsv'}", "--gold", p.tmp / "gold"],
         {},
-        r"--reverse-run and --gold read --src/--tgt: pass them, or tune alone",
+        r"--gold scores --src/--tgt: pass them, or tune alone",
+    ),
+    "align --tune-on with --reverse-run but links symmetrized": (
+        "align.py",
+        lambda p: [p.run, "--tune-on", f"xlwa:{p.tmp / 'dev.tsv'}", "--reverse-run", p.run],
+        {},
+        r"--tune-on with --reverse-run tunes tau of merged matrices \(--symmetrize average or "
+        r"product\); --symmetrize grow-diag-final-and combines each run's own links: tune each "
+        r"run alone",
     ),
     "align --reverse-run translating the same way": (
         "align.py",

@@ -638,3 +638,37 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
         for f, b in zip(links(tmp_path / "gf"), links(tmp_path / "gb"))
     ]
     assert links(tmp_path / "gboth") == expected
+    # merged matrices: tau tuned for the pair on the dev set (its own record), then used
+    merge = ("--reverse-run", reverse, "--symmetrize", "product")
+    tuned = _script(
+        "align.py", run, "--head", "1:1", *merge, "--tune-on", f"xlwa:{tmp_path / 'dev.tsv'}"
+    )
+    assert tuned.returncode == 0, tuned.stderr
+    record = json.loads((run / "align" / "extraction_product.json").read_text())
+    assert "product with" in record["tuned_on"] and set(record["parameters"]) == {
+        "threshold",
+        "grow-diag",
+    }
+    tau = record["parameters"]["grow-diag"]
+    both = _script("align.py", run, *files, *grow, *merge, "--output", tmp_path / "mboth")
+    assert both.returncode == 0, both.stderr
+    assert f"merged by product, read by grow-diag {tau:g} (tuned on xlwa:" in both.stdout
+    assert f"product, grow-diag {tau:g}" in both.stdout  # scored beside the hard combinations
+    # by hand: both heads' word matrices (the reverse run reads the pairs turned round),
+    # geometric mean, grow-diag at the tuned tau
+    from transformer_mt.align.extract import Extraction, merge_directions
+    from transformer_mt.align.reading import HeadReading
+    from transformer_mt.analysis import head_rows
+    from transformer_mt.analysis.report import attend_corpus
+    from transformer_mt.checkpoint import load_model
+
+    model, tokenizer, _ = load_model(run)
+    es, en = ["el gato negro", "la casa"], ["the black cat", "the house"]
+    reading = HeadReading(1, 1, "causal")
+    ours = [head_rows(w, reading)[:, :-1] for w in attend_corpus(model, tokenizer, es, en).causal]
+    theirs = [head_rows(w, reading)[:, :-1] for w in attend_corpus(model, tokenizer, en, es).causal]
+    expected = [
+        Extraction("grow-diag", tau).links(merge_directions(f, b.T, "product"))
+        for f, b in zip(ours, theirs)
+    ]
+    assert links(tmp_path / "mboth") == expected

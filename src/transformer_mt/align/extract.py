@@ -134,14 +134,19 @@ class Extraction:
 
     @classmethod
     def for_run(
-        cls, method: str, parameter: float | None, folder: Path | None = None
+        cls,
+        method: str,
+        parameter: float | None,
+        folder: Path | None = None,
+        record: str = RECORD,
     ) -> Extraction:
         """A command line's ``--method`` / ``--threshold``: an explicit parameter wins, then the
         one ``scripts/align.py --tune-on`` recorded in ``folder`` (a run's ``align`` folder,
-        ``record_folder``), then the default."""
+        ``record_folder``; ``record``: the file, ``merged_record`` for merged directions),
+        then the default."""
         if parameter is not None or method not in PARAMETER_DEFAULTS or folder is None:
             return cls(method, parameter, "given" if parameter is not None else "default")
-        path = Path(folder) / RECORD
+        path = Path(folder) / record
         if path.is_file():
             record = json.loads(path.read_text(encoding="utf-8"))
             if method in record.get("parameters", {}):
@@ -177,10 +182,20 @@ def tune(
     return best[0], table
 
 
-def save_tuned(folder: Path, parameters: dict[str, float], tuned_on: str, tables: dict) -> Path:
+def merged_record(how: str) -> str:
+    """The file of a run's ``align`` folder that holds tau tuned for its head merged with a
+    reverse run's by ``how`` (``merge_directions``)."""
+    if how not in MERGES:
+        raise ValueError(f"unknown merge {how!r}: use {', '.join(MERGES)}")
+    return f"extraction_{how}.json"
+
+
+def save_tuned(
+    folder: Path, parameters: dict[str, float], tuned_on: str, tables: dict, record: str = RECORD
+) -> Path:
     """Record tuned parameters for a run (``Extraction.for_run`` reads them)."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / RECORD
+    path = folder / record
     record = {"parameters": parameters, "tuned_on": tuned_on, "tables": tables}
     path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return path
