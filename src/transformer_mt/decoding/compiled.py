@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import weakref
 from collections.abc import Callable
 
@@ -326,9 +327,11 @@ class CompiledDecoderState:
             self._select_sentences(sentences)
 
     def __del__(self) -> None:
-        # the search is over: its buffers serve the next one (see BufferPool)
+        # the search is over: its buffers serve the next one (see BufferPool); not while the
+        # interpreter shuts down (a state held by a script's globals), when this module's
+        # functions may already be gone
         pool = getattr(self, "pool", None)
-        if pool is not None:
+        if pool is not None and not sys.is_finalizing():
             pool.keep(self.self_k + self.self_v + self.spare_k + self.spare_v)
 
 
