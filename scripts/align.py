@@ -266,10 +266,15 @@ def main() -> None:
         links = both_directions(args, forward, sources, targets, gold, extraction)
     if args.output is not None:
         args.output.write_text("".join(format_pharaoh(ls) + "\n" for ls in links), encoding="utf-8")
-        both = f", {args.symmetrize} with --reverse-run" if args.reverse_run is not None else ""
-        print(
-            f"wrote {args.output}: layer:head {chosen.name}, {extraction.name}, {reading.mode}{both}"
-        )
+        how = f"{extraction.name}, {reading.mode}"
+        if args.reverse_run is not None and args.symmetrize in MERGES:
+            merged = Extraction.for_run(
+                args.method, args.threshold, save_dir(args), merged_record(args.symmetrize)
+            )
+            how = f"{reading.mode}, {args.symmetrize} with --reverse-run, read by {merged.name}"
+        elif args.reverse_run is not None:
+            how += f", {args.symmetrize} with --reverse-run"
+        print(f"wrote {args.output}: layer:head {chosen.name}, {how}")
     if gold is not None and args.reverse_run is None:
         print(f"  AER {chosen.aer:.3f}; by source length: {format_by_length(links, gold, sources)}")
 
@@ -393,7 +398,7 @@ def both_directions(
         theirs = extraction
     # read in its own direction (a column argmax there is a row argmax here), turned back
     backward = [{(i, j) for j, i in theirs.links(m.T)} for m in backward_rows]
-    print(f"reverse run: links of {reading.name} ({reading.mode}) read by {theirs.name}")
+    print(f"reverse run: links of {reading.name} read by {theirs.name}")
     merged = {}  # merge -> (its extraction, links)
     for how in MERGES:
         record = merged_record(how)

@@ -654,6 +654,7 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
     assert both.returncode == 0, both.stderr
     assert f"merged by product, read by grow-diag {tau:g} (tuned on xlwa:" in both.stdout
     assert f"product, grow-diag {tau:g}" in both.stdout  # scored beside the hard combinations
+    assert f"product with --reverse-run, read by grow-diag {tau:g}" in both.stdout
     # by hand: both heads' word matrices (the reverse run reads the pairs turned round),
     # geometric mean, grow-diag at the tuned tau
     from transformer_mt.align.extract import Extraction, merge_directions
