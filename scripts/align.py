@@ -261,19 +261,13 @@ def main() -> None:
     links = chosen.links
     if gold is not None:
         compare_methods(attention, gold, reading, save_dir(args), sources)
+    how = f"{extraction.name}, {reading.mode}"
     if args.reverse_run is not None:
         forward = (links, matrices(attention, reading))
-        links = both_directions(args, forward, sources, targets, gold, extraction)
+        links, both = both_directions(args, forward, sources, targets, gold, extraction)
+        how = f"{reading.mode}, {both}" if args.symmetrize in MERGES else f"{how}, {both}"
     if args.output is not None:
         args.output.write_text("".join(format_pharaoh(ls) + "\n" for ls in links), encoding="utf-8")
-        how = f"{extraction.name}, {reading.mode}"
-        if args.reverse_run is not None and args.symmetrize in MERGES:
-            merged = Extraction.for_run(
-                args.method, args.threshold, save_dir(args), merged_record(args.symmetrize)
-            )
-            how = f"{reading.mode}, {args.symmetrize} with --reverse-run, read by {merged.name}"
-        elif args.reverse_run is not None:
-            how += f", {args.symmetrize} with --reverse-run"
         print(f"wrote {args.output}: layer:head {chosen.name}, {how}")
     if gold is not None and args.reverse_run is None:
         print(f"  AER {chosen.aer:.3f}; by source length: {format_by_length(links, gold, sources)}")
@@ -385,10 +379,10 @@ def reverse_matrices(args, sources, targets, reverse_gold):
 
 def both_directions(
     args, forward: tuple[list, list], sources, targets, gold, extraction: Extraction
-) -> list:
+) -> tuple[list, str]:
     """``--reverse-run``: its head on the pairs turned round, combined with ``forward`` (this
     run's links and word matrices) by ``--symmetrize``; with gold, each direction and every
-    combination scored."""
+    combination scored. Returns the combined links and how they were made."""
     forward_links, forward_rows = forward
     reverse_gold = swap(gold) if gold is not None else None
     backward_rows, reading = reverse_matrices(args, sources, targets, reverse_gold)
@@ -399,8 +393,8 @@ def both_directions(
     # read in its own direction (a column argmax there is a row argmax here), turned back
     backward = [{(i, j) for j, i in theirs.links(m.T)} for m in backward_rows]
     print(f"reverse run: links of {reading.name} read by {theirs.name}")
-    merged = {}  # merge -> (its extraction, links)
-    for how in MERGES:
+    merged = {}  # merge -> (its extraction, links): the one asked for, every one with gold
+    for how in MERGES if gold is not None else {args.symmetrize} & set(MERGES):
         record = merged_record(how)
         own = Extraction.for_run(extraction.method, args.threshold, save_dir(args), record)
         if own.source == "default" and how == args.symmetrize:
@@ -413,8 +407,10 @@ def both_directions(
     if args.symmetrize in MERGES:
         own, combined = merged[args.symmetrize]
         print(f"merged by {args.symmetrize}, read by {own.name} ({own.source})")
+        made = f"{args.symmetrize} with --reverse-run, read by {own.name}"
     else:
         combined = [symmetrize(f, b, args.symmetrize) for f, b in zip(forward_links, backward)]
+        made = f"{args.symmetrize} with --reverse-run"
     if gold is not None:
         rows = [("forward", forward_links), ("reverse", backward)]
         rows += [
@@ -428,7 +424,7 @@ def both_directions(
             print(
                 f"{name:<22} {aer:6.3f} {p:6.3f} {r:6.3f}  {format_by_length(links, gold, sources)}"
             )
-    return combined
+    return combined, made
 
 
 def save_dir(args: argparse.Namespace, run_dir: Path | None = None) -> Path:

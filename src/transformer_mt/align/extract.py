@@ -148,9 +148,9 @@ class Extraction:
             return cls(method, parameter, "given" if parameter is not None else "default")
         path = Path(folder) / record
         if path.is_file():
-            record = json.loads(path.read_text(encoding="utf-8"))
-            if method in record.get("parameters", {}):
-                return cls(method, record["parameters"][method], f"tuned on {record['tuned_on']}")
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            if method in saved.get("parameters", {}):
+                return cls(method, saved["parameters"][method], f"tuned on {saved['tuned_on']}")
         return cls(method, None, "default")
 
 
