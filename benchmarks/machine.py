@@ -7,7 +7,6 @@ import platform
 
 import torch
 
-
 # the instruction sets int8 and bf16 kernels choose between: a virtual machine's model name
 # ("AMD EPYC") often hides the generation, and int8 ratios moved with it
 KERNEL_FLAGS = ("avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8")
