@@ -263,7 +263,9 @@ def main() -> None:
         compare_methods(attention, gold, reading, save_dir(args), sources)
     how = f"{extraction.name}, {reading.mode}"
     if args.reverse_run is not None:
-        forward = (links, matrices(attention, reading))
+        # word matrices only where a merge is read (asked for, or scored beside the gold)
+        needed = gold is not None or args.symmetrize in MERGES
+        forward = (links, matrices(attention, reading) if needed else None)
         links, both = both_directions(args, forward, sources, targets, gold, extraction)
         how = f"{reading.mode}, {both}" if args.symmetrize in MERGES else f"{how}, {both}"
     if args.output is not None:
@@ -378,7 +380,7 @@ def reverse_matrices(args, sources, targets, reverse_gold):
 
 
 def both_directions(
-    args, forward: tuple[list, list], sources, targets, gold, extraction: Extraction
+    args, forward: tuple[list, list | None], sources, targets, gold, extraction: Extraction
 ) -> tuple[list, str]:
     """``--reverse-run``: its head on the pairs turned round, combined with ``forward`` (this
     run's links and word matrices) by ``--symmetrize``; with gold, each direction and every
