@@ -22,6 +22,10 @@ were the gold: how closely it follows the aligner a guided head is taught by; an
 each guided head against the very links it was trained on, on ``--teacher-pairs`` of its
 training pairs (in-domain: how well it fits its supervision at all). ``--by-length``
 adds the AER of eflomal and of each run's guided (else best) head by source sentence length.
+``--join-short 2 3 4`` tells length apart from content: each gold set's short pairs (up to
+``--short-words`` source words) are scored alone, and joined 2, 3 and 4 at a time (a space
+between the parts, links moved; ``GoldSet.joined``): as long as natural long sentences, but
+holding only what the short ones hold.
 ``--tune-on xlwa_dev`` reads each guided (else best) head's links by every method of
 ``transformer_mt.align.extract`` (argmax, intersect, threshold, grow-diag), each tau chosen on
 that development set alone, and prints the ceiling beside them: eflomal's own links (the
@@ -310,6 +314,15 @@ def main() -> None:
         "--by-length", action="store_true", help="AER by source sentence length as well"
     )
     parser.add_argument(
+        "--join-short",
+        type=int,
+        nargs="+",
+        metavar="K",
+        help="also score each --gold set's short pairs (at most --short-words source words) "
+        "alone and joined K at a time: long inputs that hold only short content",
+    )
+    parser.add_argument("--short-words", type=int, default=10, help="see --join-short")
+    parser.add_argument(
         "--tune-on",
         choices=sorted(GOLD_SETS),
         help="a development gold set: read every head by each extraction method, tau chosen "
@@ -337,6 +350,9 @@ def main() -> None:
             )
         spec = gold_spec(name, args.data_dir, data.src_lang, data.tgt_lang)
         sets.append(load_gold_set(name, spec, data.src_lang, data.tgt_lang))
+        if args.join_short:
+            short = [sets[-1].joined(k, args.short_words) for k in [1, *args.join_short]]
+            sets += [joined for joined in short if len(joined)]
     if args.gold_files:
         src, tgt, links = args.gold_files
         spec = SimpleNamespace(

@@ -269,6 +269,40 @@ def test_a_gold_set_turned_round_is_the_set_read_for_the_other_direction() -> No
     )
 
 
+def test_short_gold_pairs_joined_carry_their_links_moved_by_the_words_before() -> None:
+    """``GoldSet.joined``: long pairs made of short ones, for telling length from content."""
+    from transformer_mt.align.gold import GoldSet
+    from transformer_mt.errors import UserError
+
+    gold = GoldSet(
+        "hand",
+        ["el gato", "uno dos tres cuatro", "la casa azul", "sí"],
+        ["the cat", "one two three four", "the blue house", "yes"],
+        [
+            ({(0, 0), (1, 1)}, {(0, 0), (1, 1)}),
+            ({(0, 0)}, {(0, 0), (3, 3)}),
+            ({(0, 0), (1, 2), (2, 1)}, {(0, 0), (1, 2), (2, 1)}),
+            ({(0, 0)}, {(0, 0)}),
+        ],
+    )
+    # at most 3 source words: pairs 0, 2 and 3; two at a time: (0, 2), and 3 is left over
+    pairs = gold.joined(2, max_words=3)
+    assert pairs.name == "hand <=3 words x2"
+    assert pairs.sources == ["el gato la casa azul"]
+    assert pairs.targets == ["the cat the blue house"]
+    sure = {(0, 0), (1, 1), (2, 2), (3, 4), (4, 3)}
+    assert pairs.gold == [(sure, sure)]
+    # the short pairs alone; possible links move with the sure ones
+    alone = gold.joined(1, max_words=4)
+    assert alone.sources == gold.sources and alone.gold == gold.gold
+    three = gold.joined(3, max_words=4)
+    assert three.targets == ["the cat one two three four the blue house"]
+    assert three.gold[0][1] == {(0, 0), (1, 1), (2, 2), (5, 5), (6, 6), (7, 8), (8, 7)}
+    assert three.gold[0][0] == {(0, 0), (1, 1), (2, 2), (6, 6), (7, 8), (8, 7)}
+    with pytest.raises(UserError, match="parts >= 1"):
+        gold.joined(0)
+
+
 def test_gold_readers_name_the_bad_line(tmp_path) -> None:
     from transformer_mt.align.gold import read_tagged_sentences, read_xlwa
     from transformer_mt.errors import UserError

@@ -190,6 +190,40 @@ class GoldSet:
         )
         return kept, len(self) - len(keep)
 
+    def joined(self, parts: int, max_words: int = 10) -> GoldSet:
+        """Long pairs made of short ones: the pairs whose source has at most ``max_words`` words,
+        taken ``parts`` at a time in order and joined by a space on both sides (a left-over
+        group of fewer is dropped), each part's links moved by the words before it.
+
+        Scored beside the short pairs themselves (``parts=1``), it tells length apart from
+        content: the joined pairs are as long as natural long sentences but hold only what
+        the short ones hold, so a rise in AER on them is the length alone.
+        """
+        if parts < 1 or max_words < 1:
+            raise UserError(
+                f"joining gold pairs needs parts >= 1 and max_words >= 1, got {parts}, {max_words}"
+            )
+        short = [n for n, s in enumerate(self.sources) if len(s.split()) <= max_words]
+        groups = [short[k : k + parts] for k in range(0, len(short) - parts + 1, parts)]
+        sources, targets, gold = [], [], []
+        for group in groups:
+            src_words = tgt_words = 0
+            sure: Links = set()
+            possible: Links = set()
+            for n in group:
+                moved = [
+                    {(i + src_words, j + tgt_words) for i, j in links} for links in self.gold[n]
+                ]
+                sure |= moved[0]
+                possible |= moved[1]
+                src_words += len(self.sources[n].split())
+                tgt_words += len(self.targets[n].split())
+            sources.append(" ".join(self.sources[n] for n in group))
+            targets.append(" ".join(self.targets[n] for n in group))
+            gold.append((sure, possible))
+        name = f"{self.name} <={max_words} words" + (f" x{parts}" if parts > 1 else "")
+        return GoldSet(name, sources, targets, gold)
+
 
 GOLD_FORMATS = ("graca", "xlwa", "pharaoh")
 
