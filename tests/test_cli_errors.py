@@ -77,6 +77,23 @@ CASES = {
         {},
         r"no_such_run has no config\.yaml",
     ),
+    "evaluate length_penalties with greedy search": (
+        "evaluate.py",
+        lambda p: [
+            f"run_dir={p.run}",
+            "decode=greedy",
+            "length_penalties=[0.6,1.0]",
+            f"hydra.run.dir={p.tmp / 'eval'}",
+        ],
+        {},
+        r"length_penalties needs beam search, not decode\.beam_size=1",
+    ),
+    "evaluate length_penalties empty": (
+        "evaluate.py",
+        lambda p: [f"run_dir={p.run}", "length_penalties=[]", f"hydra.run.dir={p.tmp / 'eval'}"],
+        {},
+        r"length_penalties=\[\] is empty",
+    ),
     "translate a missing run": (
         "translate.py",
         lambda p: [p.missing, "--input", p.tmp / "src.txt"],

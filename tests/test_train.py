@@ -298,6 +298,39 @@ def test_evaluate_decodes_with_beam_and_averaging(small_run, tmp_path) -> None:
     assert json.loads((tmp_path / "scores.json").read_text())["bleu"] == scores["bleu"]
 
 
+@pytest.mark.slow
+def test_evaluate_chooses_the_length_penalty_of_highest_bleu(demo_run, tmp_path) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from transformer_mt.evaluate import evaluate
+
+    from .conftest import CONF
+
+    out = demo_run  # a model that translates: α changes which hypothesis wins
+
+    def run(*overrides: str) -> dict:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose("evaluate", overrides=[f"run_dir={out}", "split=valid", *overrides])
+        return evaluate(cfg)
+
+    sweep = run("length_penalties=[0.0,0.6,3.0]", f"output_dir={tmp_path / 'sweep'}")
+    assert json.loads((tmp_path / "sweep" / "length_penalty.json").read_text()) == sweep
+    assert not (tmp_path / "sweep" / "hyp.txt").exists()
+    rows = {r["length_penalty"]: r for r in sweep["scores"]}
+    assert list(rows) == [0.0, 0.6, 3.0] and sweep["split"] == "valid"
+    best = max(r["bleu"] for r in rows.values())
+    assert rows[sweep["best_length_penalty"]]["bleu"] == best
+    # each row is what evaluate scores at that α alone, its length ratio sacrebleu's
+    alone = run("decode.length_penalty=3.0", f"output_dir={tmp_path / 'alone'}")
+    assert rows[3.0]["bleu"] == alone["bleu"]
+    hyps = (tmp_path / "alone" / "hyp.txt").read_text(encoding="utf-8").splitlines()
+    refs = (tmp_path / "alone" / "ref.txt").read_text(encoding="utf-8").splitlines()
+    stats = sacrebleu.corpus_bleu(hyps, [refs])
+    assert rows[3.0]["length_ratio"] == round(stats.sys_len / stats.ref_len, 3)
+    # α ranks the same finished hypotheses: a larger one picks longer outputs
+    assert rows[3.0]["length_ratio"] > rows[0.0]["length_ratio"]
+
+
 def test_evaluate_refuses_a_directory_that_is_not_a_run(tmp_path) -> None:
     from hydra import compose, initialize_config_dir
 

@@ -406,6 +406,9 @@ class EvaluateConfig:
     split: str = "test"  # train, valid or test of the run's data config
     limit: int | None = None  # the first N sentences only
     long_inputs: str = "truncate"  # or "error": sources longer than the model's positions
+    # choose α instead of scoring one: decode the split with each length penalty, report BLEU per
+    # α and the best (on split=valid, as the paper chose its α on the development set, §6.1)
+    length_penalties: list[float] | None = None
     output_dir: str = MISSING
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -15,6 +16,7 @@ from transformer_mt.config import DecodeConfig, check_keys
 from transformer_mt.data.sources import load_corpus
 from transformer_mt.decoding import quantize_for_decoding, translate
 from transformer_mt.deploy.ct2 import CT2Translator
+from transformer_mt.errors import UserError
 from transformer_mt.metrics import compound_split_bleu, corpus_bleu, corpus_chrf
 
 log = logging.getLogger(__name__)
@@ -27,9 +29,11 @@ def evaluate(cfg: DictConfig) -> dict:
         The scores also written to ``scores.json`` in ``cfg.output_dir``.
     """
     check_keys(cfg)
+    decode: DecodeConfig = OmegaConf.to_object(cfg.decode)
+    if cfg.length_penalties is not None:
+        _check_length_penalties(cfg.length_penalties, decode)
     run_dir, out = Path(cfg.run_dir), Path(cfg.output_dir)
     data_cfg = run_data_config(run_dir)
-    decode: DecodeConfig = OmegaConf.to_object(cfg.decode)
     if decode.engine == "ct2":
         engine = CT2Translator(decode.ct2_dir or run_dir / "ct2")
         sources = [Path(p) for p in engine.info["checkpoints"]]
@@ -50,15 +54,22 @@ def evaluate(cfg: DictConfig) -> dict:
     split = load_corpus(data_cfg)[cfg.split]
     if cfg.limit is not None:
         split = split.select(range(min(cfg.limit, len(split))))
+    srcs, refs = list(split["src"]), list(split["tgt"])
+
+    def decode_split(settings: DecodeConfig) -> list[str]:
+        if settings.engine == "ct2":
+            results = engine.translate(srcs, settings, long_inputs=cfg.long_inputs)
+        else:
+            results = translate(
+                model, tokenizer, srcs, settings, long_inputs=cfg.long_inputs, progress=True
+            )
+        return [r[0].text for r in results]
+
+    if cfg.length_penalties is not None:
+        return choose_length_penalty(decode_split, decode, refs, cfg.length_penalties, out, cfg)
     started = time.perf_counter()
-    if decode.engine == "ct2":
-        results = engine.translate(list(split["src"]), decode, long_inputs=cfg.long_inputs)
-    else:
-        results = translate(
-            model, tokenizer, list(split["src"]), decode, long_inputs=cfg.long_inputs, progress=True
-        )
+    hyps = decode_split(decode)
     seconds = time.perf_counter() - started
-    hyps, refs = [r[0].text for r in results], list(split["tgt"])
 
     bleu, chrf = corpus_bleu(hyps, refs), corpus_chrf(hyps, refs)
     scores = {
@@ -100,3 +111,78 @@ def evaluate(cfg: DictConfig) -> dict:
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     print("\n".join(lines))
     return scores
+
+
+def choose_length_penalty(
+    decode_split: Callable[[DecodeConfig], list[str]],
+    decode: DecodeConfig,
+    refs: Sequence[str],
+    alphas: Sequence[float],
+    out: Path,
+    cfg: DictConfig,
+) -> dict:
+    """Decode the split once per length penalty α and keep the one of highest BLEU.
+
+    The paper set beam size and α "after experimentation on the development set" (§6.1); its
+    α 0.6 suits its models and data, not necessarily a small model trained for minutes, whose
+    beam outputs can run short of the references. Run it on ``split=valid`` and score the test
+    set with the α it names. Ties go to the α nearest ``decode.length_penalty``. ``alphas``
+    and ``decode`` are checked by ``evaluate`` (``_check_length_penalties``) before any loading.
+
+    Returns:
+        the per-α scores and the choice, also written to ``length_penalty.json`` in ``out``.
+    """
+    if cfg.split == "test":
+        log.warning(
+            "length_penalties on split=test: α chosen on the test set overstates its score; "
+            "choose it on split=valid and score the test set with that α"
+        )
+    rows = []
+    for alpha in alphas:
+        hyps = decode_split(replace(decode, length_penalty=float(alpha)))
+        bleu, chrf = corpus_bleu(hyps, refs), corpus_chrf(hyps, refs)
+        rows.append(
+            {
+                "length_penalty": float(alpha),
+                "bleu": round(bleu.score, 2),
+                "chrf": round(chrf.score, 2),
+                "length_ratio": round(bleu.length_ratio, 3),
+            }
+        )
+    best = max(rows, key=lambda r: (r["bleu"], -abs(r["length_penalty"] - decode.length_penalty)))
+    result = {
+        "split": cfg.split,
+        "sentences": len(refs),
+        "beam_size": decode.beam_size,
+        "length_norm": decode.length_norm,
+        "bleu_signature": bleu.signature,
+        "scores": rows,
+        "best_length_penalty": best["length_penalty"],
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "length_penalty.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [f"{cfg.split}, {len(refs)} sentences, beam {decode.beam_size}, per length penalty α:"]
+    lines += [
+        f"  α {r['length_penalty']:<5g} BLEU {r['bleu']:6.2f}  chrF {r['chrf']:6.2f}  "
+        f"output/reference length {r['length_ratio']:.3f}" + ("  <- best" if r is best else "")
+        for r in rows
+    ]
+    lines.append(
+        "score the test set with it: python scripts/evaluate.py "
+        f"run_dir={cfg.run_dir} ckpt.average_last={cfg.ckpt.average_last} "
+        f"decode.beam_size={decode.beam_size} decode.length_penalty={best['length_penalty']:g}"
+    )
+    print("\n".join(lines))
+    return result
+
+
+def _check_length_penalties(alphas: Sequence[float], decode: DecodeConfig) -> None:
+    if len(alphas) == 0:
+        raise UserError(
+            "length_penalties=[] is empty: give the α values to try, e.g. 'length_penalties=[0.6,1.0,1.4]'"
+        )
+    if decode.beam_size < 2:
+        raise UserError(
+            f"length_penalties needs beam search, not decode.beam_size={decode.beam_size}: the "
+            "length penalty only ranks a beam's hypotheses; use decode=beam"
+        )

@@ -15,6 +15,7 @@ class Score:
     score: float
     signature: str
     text: str  # sacrebleu's full line, e.g. "BLEU = 34.2 65.1/40.3/27.0/18.6 (BP = ...)"
+    length_ratio: float | None = None  # BLEU: output / reference length in tokens (BP's input)
 
 
 def corpus_bleu(hypotheses: list[str], references: list[str], tokenize: str = "13a") -> Score:
@@ -22,7 +23,8 @@ def corpus_bleu(hypotheses: list[str], references: list[str], tokenize: str = "1
     _check(hypotheses, references)
     metric = BLEU(tokenize=tokenize)
     result = metric.corpus_score(hypotheses, [references])
-    return Score("bleu", result.score, str(metric.get_signature()), str(result))
+    ratio = result.sys_len / max(result.ref_len, 1)
+    return Score("bleu", result.score, str(metric.get_signature()), str(result), ratio)
 
 
 def corpus_chrf(hypotheses: list[str], references: list[str]) -> Score:
