@@ -167,10 +167,18 @@ def choose_length_penalty(
         f"output/reference length {r['length_ratio']:.3f}" + ("  <- best" if r is best else "")
         for r in rows
     ]
+    # the settings that change the output and differ from the defaults, so that the command
+    # scores the test set with the search the sweep ran (batch size changes nothing)
+    default = DecodeConfig()
+    kept = [
+        f"decode.{k}={v}"
+        for k, v in asdict(decode).items()
+        if k not in ("length_penalty", "batch_size") and v != getattr(default, k)
+    ]
     lines.append(
         "score the test set with it: python scripts/evaluate.py "
         f"run_dir={cfg.run_dir} ckpt.average_last={cfg.ckpt.average_last} "
-        f"decode.beam_size={decode.beam_size} decode.length_penalty={best['length_penalty']:g}"
+        + " ".join(kept + [f"decode.length_penalty={best['length_penalty']:g}"])
     )
     print("\n".join(lines))
     return result
