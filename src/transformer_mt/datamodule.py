@@ -113,6 +113,8 @@ class TranslationDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         loader = self._loader("train", shuffle=True)
         self.train_sampler = loader.batch_sampler
+        if self.trainer is not None:  # reloaded every epoch: its length is this epoch's
+            self.train_sampler.set_epoch(self.trainer.current_epoch)
         if self._resume_at is not None:
             self.train_sampler.resume_at(*self._resume_at)
             self._resume_at = None
