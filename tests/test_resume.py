@@ -80,6 +80,21 @@ def test_n_steps_then_resume_then_n_steps_equals_2n_straight(tmp_path, n: int) -
     assert [resumed[s] for s in range(1, 2 * n + 1)] == [straight[s] for s in range(1, 2 * n + 1)]
 
 
+def test_a_run_that_ended_at_max_epochs_goes_on_as_if_never_stopped(tmp_path) -> None:
+    first = tmp_path / "interrupted"
+    run(_compose(tmp_path, f"output_dir={first}", "trainer.max_epochs=1"))  # 23 steps
+    ckpt = torch.load(first / "checkpoints" / "last.ckpt", weights_only=True)
+    assert (ckpt["global_step"], ckpt["data_position"]) == (23, {"epoch": 1, "batches_done": 0})
+    run(
+        _compose(
+            tmp_path, f"output_dir={tmp_path / 'x'}", f"resume={first}", "trainer.max_steps=28"
+        )
+    )
+    run(_compose(tmp_path, f"output_dir={tmp_path / 'straight'}", "trainer.max_steps=28"))
+    steps = range(1, 29)
+    assert [_losses(first)[s] for s in steps] == [_losses(tmp_path / "straight")[s] for s in steps]
+
+
 def test_a_run_whose_joined_examples_stop_resumes_exactly_after_a_shorter_epoch(tmp_path) -> None:
     """data.concat.until_step=4: epoch 0 holds joined examples, epoch 1 the plain pairs alone
     (fewer batches): a checkpoint at its end must point at epoch 2, not mid-epoch 1."""

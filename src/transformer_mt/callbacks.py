@@ -167,13 +167,20 @@ class FinalCheckpoint(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         at_max_steps = 0 < trainer.max_steps <= trainer.global_step
-        if at_max_steps or trainer.should_stop:
+        # the last batch of the last epoch, saved here and not at the epoch's end: a run
+        # resumed from a checkpoint written in on_train_epoch_end (to go on with a higher
+        # max_epochs or max_steps) did not train the batches the uninterrupted run trained
+        limit = trainer.max_epochs
+        at_max_epochs = (
+            limit is not None
+            and 0 < limit <= trainer.current_epoch + 1
+            and batch_idx + 1 >= trainer.num_training_batches
+        )
+        if at_max_steps or at_max_epochs or trainer.should_stop:
             trainer.save_checkpoint(self.path)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        limit = trainer.max_epochs
-        last_epoch = limit is not None and limit > 0 and trainer.current_epoch + 1 >= limit
-        if last_epoch or trainer.should_stop:
+        if trainer.should_stop:  # set after the epoch's last batch (e.g. by early stopping)
             trainer.save_checkpoint(self.path)
 
 
