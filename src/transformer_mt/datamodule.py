@@ -63,6 +63,11 @@ class TranslationDataModule(L.LightningDataModule):
         joined = join_pairs(train, self.cfg.concat, self.cfg.max_len, self.seed)
         self.splits["train"] = joined
         self.joined_from = len(train)  # the joined examples are the rows from here on
+        if self.cfg.concat.until_step is not None:  # logged once, not at every epoch's reload
+            log.info(
+                "data.concat: joined examples until step %d, the plain pairs after",
+                self.cfg.concat.until_step,
+            )
         self.source_lengths = {
             "training pairs": source_word_lengths(train, starts),
             "training pairs + joined examples": source_word_lengths(joined, starts),
@@ -81,9 +86,6 @@ class TranslationDataModule(L.LightningDataModule):
             # optimizer steps -> batches: each step takes accumulate_grad_batches of them
             accumulate = trainer.accumulate_grad_batches if trainer else 1
             stop = {"extra_from": self.joined_from, "extra_until": until_step * accumulate}
-            log.info(
-                "data.concat: joined examples until step %d, the plain pairs after", until_step
-            )
         sampler = TokenBatchSampler(
             src_lens,
             tgt_lens,
