@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -254,6 +255,17 @@ def test_eflomal_aligns_the_training_split_once_and_the_links_are_cached(tmp_pat
     with caplog.at_level(logging.INFO):
         again = load_corpus(cfg)
     assert "aligning" not in caplog.text and again["train"]["alignment"] == lines  # cached
+    # a copy of the files (new paths, new modification times) is the same text: still cached,
+    # so the run keeps its teacher (eflomal would start from another random state)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("train.es", "train.en"):
+        (copy / name).write_text((tmp_path / name).read_text())
+    moved = replace(cfg, files={"train": [str(copy / "train.es"), str(copy / "train.en")]})
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        copied = load_corpus(moved)
+    assert "aligning" not in caplog.text and copied["train"]["alignment"] == lines
     # one direction instead of the symmetrized links: from the same cache, without re-aligning
     caplog.clear()
     with caplog.at_level(logging.INFO):
@@ -272,6 +284,34 @@ def test_eflomal_aligns_the_training_split_once_and_the_links_are_cached(tmp_pat
     # both directions agree on
     for sym, fwd, rev in zip(lines[:200], forward[:200], reverse[:200]):
         assert set(fwd.split()) & set(rev.split()) <= set(sym.split())
+
+
+def test_the_eflomal_cache_key_is_the_text_not_the_files(tmp_path) -> None:
+    import os
+
+    from datasets import Dataset, load_dataset
+
+    from transformer_mt.data.sources import text_key
+
+    def read(path):
+        return load_dataset("json", data_files=str(path), cache_dir=str(tmp_path / "hf"))["train"]
+
+    rows = [{"src": "hola mundo", "tgt": "hello world"}, {"src": "adiós", "tgt": "bye"}]
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for path in (first, second):
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    os.utime(second, (1_000_000_000, 1_000_000_000))
+    a, b = read(first), read(second)
+    assert a._fingerprint != b._fingerprint  # datasets tells the two files apart by their times
+    assert text_key(a) == text_key(b)  # the aligner's cache does not
+    assert text_key(a.select([1, 0])) != text_key(a)  # line n's links are pair n's: order counts
+    for changed in (
+        [{"src": "hola mundo", "tgt": "hello  world"}, rows[1]],  # one character
+        [{"src": "hola", "tgt": "mundo hello world"}, rows[1]],  # a word moved across the columns
+        # a word moved across the rows
+        [{"src": "hola mundoadiós", "tgt": "hello world"}, {"src": "", "tgt": "bye"}],
+    ):
+        assert text_key(Dataset.from_list(changed)) != text_key(a), changed
 
 
 def test_eflomal_links_must_be_a_known_reading() -> None:

@@ -2,7 +2,7 @@
 
 eflomal aligns both directions at once; their grow-diag-final-and symmetrization is written
 beside them, so every choice of ``data.eflomal_links`` is on disk after one run. The cache key
-is the caller's (the training split's fingerprint): the same split is never aligned twice.
+is the caller's (a hash of the training split's text): the same pairs are never aligned twice.
 """
 
 from __future__ import annotations
