@@ -41,7 +41,6 @@ AER is lower-better; P and R are precision against possible links and recall of 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import time
 from pathlib import Path
@@ -50,7 +49,7 @@ from types import SimpleNamespace
 import numpy as np
 from machine import describe  # benchmarks/machine.py
 
-from transformer_mt.align.eflomal import align_corpus
+from transformer_mt.align.eflomal import align_corpus, corpus_key
 from transformer_mt.align.extract import (
     EXTRACTIONS,
     MERGES,
@@ -118,9 +117,9 @@ def run_eflomal(gold: GoldSet, train_src: list[str], train_tgt: list[str], cache
     kept = [(s, t) for s, t in zip(train_src, train_tgt) if (s, t) not in known]
     src = gold.sources + [s for s, _ in kept]
     tgt = gold.targets + [t for _, t in kept]
-    key = hashlib.sha1("\n".join(src + ["\t"] + tgt).encode()).hexdigest()[:16]
     started = time.perf_counter()
-    paths = align_corpus(lambda: (src, tgt), cache / "alignments", f"benchmark_{key}")
+    key = f"benchmark_{corpus_key(src, tgt)}"
+    paths = align_corpus(lambda: (src, tgt), cache / "alignments", key)
     seconds = time.perf_counter() - started
     n = len(gold)
     return read_links(paths["forward"])[:n], read_links(paths["reverse"])[:n], seconds

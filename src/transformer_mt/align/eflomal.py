@@ -7,8 +7,9 @@ is the caller's (a hash of the training split's text): the same pairs are never 
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from transformer_mt.align.links import format_pharaoh, read_pharaoh, symmetrize
@@ -17,6 +18,19 @@ from transformer_mt.errors import UserError
 log = logging.getLogger(__name__)
 
 EFLOMAL_LINKS = ("gdfa", "forward", "reverse")  # data.eflomal_links: which file is trained on
+
+
+def corpus_key(sources: Iterable[str], targets: Iterable[str]) -> str:
+    """A cache key for ``align_corpus``: a hash of the text, the same pairs in the same order
+    giving the same key (the sides and every sentence length-prefixed, so no shift of a word
+    between sentences or sides goes unseen)."""
+    digest = hashlib.sha256()
+    for side, texts in (("src", sources), ("tgt", targets)):
+        digest.update(f"{side}\0".encode())
+        for text in texts:
+            data = text.encode()
+            digest.update(len(data).to_bytes(8, "little") + data)
+    return digest.hexdigest()[:16]
 
 
 def cached_links(folder: Path, key: str) -> dict[str, Path]:

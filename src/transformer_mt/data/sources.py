@@ -8,7 +8,6 @@ gold sets' sentences (``data.extra_train``) and the word links of guided alignme
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -26,7 +25,7 @@ from datasets import (
     load_dataset,
 )
 
-from transformer_mt.align.eflomal import align_corpus
+from transformer_mt.align.eflomal import align_corpus, corpus_key
 from transformer_mt.align.gold import load_gold_set
 from transformer_mt.config import DataConfig, GoldSetConfig
 from transformer_mt.data import demo_corpus
@@ -203,21 +202,19 @@ def _with_alignment_file(train: Dataset, cfg: DataConfig, path: str | None = Non
     return concatenate_datasets([train, links], axis=1)
 
 
-def text_key(ds: Dataset, columns: tuple[str, ...] = ("src", "tgt")) -> str:
-    """A hash of the text in ``columns``: the same pairs in the same order give the same key.
+def text_key(ds: Dataset) -> str:
+    """``corpus_key`` of the split's src/tgt text, read in batches.
 
     Unlike ``ds._fingerprint`` it does not change when a file is copied or touched (``datasets``
     fingerprints local files by their modification time). One pass over the text: about a
     second per million pairs.
     """
-    digest = hashlib.sha256()
-    for column in columns:
-        digest.update(f"{column}\0".encode())
-        for batch in ds.select_columns([column]).iter(batch_size=100_000):
-            for text in batch[column]:
-                data = text.encode()
-                digest.update(len(data).to_bytes(8, "little") + data)
-    return digest.hexdigest()[:16]
+
+    def column(name: str):
+        for batch in ds.select_columns([name]).iter(batch_size=100_000):
+            yield from batch[name]
+
+    return corpus_key(column("src"), column("tgt"))
 
 
 def _with_eflomal(train: Dataset, cfg: DataConfig) -> Dataset:
