@@ -240,3 +240,86 @@ def test_alignment_aer_chooses_the_two_direction_combination_on_the_dev_set(monk
     assert merged["a+b: average, argmax"] == ([{(0, 0), (1, 1)}], 0.0)
     assert merged["a+b: product, argmax"] == ([{(0, 0), (1, 1)}], 0.0)
     assert chosen == ("a+b: average, argmax", 0.0)  # the hard pairs' best on dev: 0.2
+
+
+def _fake_run(root, name: str, seed: int, refs: list[str], greedy: list[str], beam: list[str]):
+    run = root / name
+    (run / "eval" / "test_beam4_avg1").mkdir(parents=True)
+    (run / "config.yaml").write_text(f"seed: {seed}\n")
+    (run / "test.hyp.txt").write_text("".join(line + "\n" for line in greedy))
+    (run / "eval" / "test_beam4_avg1" / "hyp.txt").write_text("".join(x + "\n" for x in beam))
+    (run / "eval" / "test_beam4_avg1" / "ref.txt").write_text("".join(x + "\n" for x in refs))
+    return str(run)
+
+
+def test_paired_bleu_reads_pairs_by_seed_pooled_and_by_length(tmp_path) -> None:
+    from sacrebleu.metrics import BLEU
+
+    refs = [
+        "the cat sat on the mat .",
+        "i see a dog .",
+        "we will go to the big market in the town tomorrow morning .",
+        "she reads a long book about old ships every night before bed .",
+    ]
+    worse = [
+        "the cat sat on a mat .",
+        "i see the dog .",
+        "we go to a market in town tomorrow .",
+        "she reads books about ships at night .",
+    ]
+    base = [_fake_run(tmp_path, f"base{s}", s, refs, refs, refs) for s in (1, 2)]
+    new = [
+        _fake_run(tmp_path, "new1", 1, refs, worse, refs),
+        _fake_run(tmp_path, "new2", 2, refs, refs, worse),
+    ]
+    out = _run("paired_bleu.py", "--base", *base, "--new", *new, "--length-edges", "5", "8")
+    greedy, beam = out.split("== greedy\n")[1].split("== beam\n")
+    low = BLEU().corpus_score(worse, [refs]).score
+    assert f"seed 1: base 100.00  new {low:.2f}  new-base {low - 100:+.2f}" in greedy
+    assert "seed 2: base 100.00  new 100.00  new-base +0.00" in greedy
+    assert (
+        "seed 1: base 100.00  new 100.00" in beam and f"seed 2: base 100.00  new {low:.2f}" in beam
+    )
+    assert (
+        f"mean new-base over 2 seeds: {(low - 100) / 2:+.2f}, sd {(100 - low) / 2**0.5:.2f}"
+        in greedy
+    )
+    pooled = BLEU().corpus_score(worse + refs, [refs + refs]).score
+    assert (
+        f"pooled (8 lines), paired bootstrap x1000: base 100.00  new {pooled:.2f}  p = " in greedy
+    )
+    # by reference length in words: 1-5 holds sentence 2 alone (5 words), >=9 sentences 3 and 4
+    short = BLEU().corpus_score(["i see the dog .", "i see a dog ."], [["i see a dog ."] * 2]).score
+    assert f"reference 1-5 words (1 sentences): base 100.00  new {short:.2f}" in greedy
+    assert (
+        "reference 6-8 words (1 sentences)" in greedy
+        and "reference >=9 words (2 sentences)" in greedy
+    )
+
+
+def test_paired_bleu_refuses_runs_that_do_not_pair(tmp_path) -> None:
+    refs = ["a b c .", "d e f ."]
+    a = _fake_run(tmp_path, "a", 1, refs, refs, refs)
+    b = _fake_run(tmp_path, "b", 2, refs, refs, refs)
+    c = _fake_run(tmp_path, "c", 1, ["a b c .", "x y z ."], refs, refs)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "test.hyp.txt").write_text("a b c .\nd e f .\n")
+    for new, message in (
+        (b, f"pair 1: {a} has seed 1, {b} seed 2: list the --new runs in the order"),
+        (c, f"error: {c} was tested on other references than {a}"),
+        (str(bare), f"run `python scripts/evaluate.py run_dir={bare} ckpt.average_last=1` first"),
+    ):
+        result = subprocess.run(
+            [sys.executable, str(BENCH / "paired_bleu.py"), "--base", a, "--new", new],
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 1 and message in result.stderr, result.stderr
+    short = _fake_run(tmp_path, "short", 1, refs, refs[:1], refs)
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "paired_bleu.py"), "--base", a, "--new", short],
+        capture_output=True,
+        text=True,
+    )
+    assert "1 greedy outputs for 2 references" in result.stderr
