@@ -10,9 +10,9 @@ everything but the change under test). Per run it reads the greedy test outputs 
 run wrote (``test.hyp.txt``) and the beam outputs and references of ``scripts/evaluate.py
 run_dir=<run> ckpt.average_last=1`` (``eval/test_beam4_avg1``; ``--beam-dir`` names another).
 
-It prints, for greedy and beam: each pair's BLEU and difference, the mean and the standard
-deviation of the differences, sacrebleu's paired bootstrap on all pairs' lines pooled (is the
-difference more than resampling the test sentences would give?), and the pooled BLEU by
+It prints, for greedy and beam: each pair's BLEU, difference and output lengths, the mean and
+the standard deviation of the differences, sacrebleu's paired bootstrap on all pairs' lines
+pooled (is the difference more than resampling the test sentences would give?), and the BLEU by
 reference length in words (where the difference lives). Single runs at 1,000 steps scatter by
 1-3 BLEU, so a bar of 0.5 needs several seeds per arm: the standard deviation printed says how
 many.
@@ -105,10 +105,13 @@ def report(base: list[Run], new: list[Run], edges: list[int], samples: int) -> l
         lines.append(f"== {kind}")
         diffs = []
         for b, n in zip(base, new, strict=True):
-            sb = metric.corpus_score(b.outputs[kind], [refs]).score
-            sn = metric.corpus_score(n.outputs[kind], [refs]).score
-            diffs.append(sn - sb)
-            lines.append(f"seed {b.seed}: base {sb:.2f}  new {sn:.2f}  new-base {sn - sb:+.2f}")
+            rb, rn = (metric.corpus_score(run.outputs[kind], [refs]) for run in (b, n))
+            diffs.append(rn.score - rb.score)
+            lines.append(
+                f"seed {b.seed}: base {rb.score:.2f}  new {rn.score:.2f}  new-base {diffs[-1]:+.2f}"
+                f"  (output/reference length {rb.sys_len / rb.ref_len:.3f}, "
+                f"{rn.sys_len / rn.ref_len:.3f})"
+            )
         spread = f", sd {statistics.stdev(diffs):.2f}" if len(diffs) > 1 else ""
         lines.append(
             f"mean new-base over {len(diffs)} seeds: {statistics.mean(diffs):+.2f}{spread}"

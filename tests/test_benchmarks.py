@@ -276,7 +276,12 @@ def test_paired_bleu_reads_pairs_by_seed_pooled_and_by_length(tmp_path) -> None:
     greedy, beam = out.split("== greedy\n")[1].split("== beam\n")
     low = BLEU().corpus_score(worse, [refs]).score
     assert f"seed 1: base 100.00  new {low:.2f}  new-base {low - 100:+.2f}" in greedy
-    assert "seed 2: base 100.00  new 100.00  new-base +0.00" in greedy
+    assert (
+        "seed 2: base 100.00  new 100.00  new-base +0.00  (output/reference length 1.000, 1.000)"
+        in greedy
+    )
+    ratio = sum(len(x.split()) for x in worse) / sum(len(x.split()) for x in refs)  # 13a: as split
+    assert f"new-base {low - 100:+.2f}  (output/reference length 1.000, {ratio:.3f})" in greedy
     assert (
         "seed 1: base 100.00  new 100.00" in beam and f"seed 2: base 100.00  new {low:.2f}" in beam
     )
