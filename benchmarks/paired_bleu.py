@@ -30,6 +30,8 @@ import yaml
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
+from transformer_mt.metrics import corpus_bleu
+
 
 @dataclass(frozen=True)
 class Run:
@@ -98,19 +100,17 @@ def bucket_edges(edges: list[int]) -> list[tuple[int, int | None, str]]:
 
 
 def report(base: list[Run], new: list[Run], edges: list[int], samples: int) -> list[str]:
-    metric = BLEU()
     lines = []
     refs = base[0].refs
     for kind in ("greedy", "beam"):
         lines.append(f"== {kind}")
         diffs = []
         for b, n in zip(base, new, strict=True):
-            rb, rn = (metric.corpus_score(run.outputs[kind], [refs]) for run in (b, n))
-            diffs.append(rn.score - rb.score)
+            sb, sn = (corpus_bleu(run.outputs[kind], refs) for run in (b, n))
+            diffs.append(sn.score - sb.score)
             lines.append(
-                f"seed {b.seed}: base {rb.score:.2f}  new {rn.score:.2f}  new-base {diffs[-1]:+.2f}"
-                f"  (output/reference length {rb.sys_len / rb.ref_len:.3f}, "
-                f"{rn.sys_len / rn.ref_len:.3f})"
+                f"seed {b.seed}: base {sb.score:.2f}  new {sn.score:.2f}  new-base {diffs[-1]:+.2f}"
+                f"  (output/reference length {sb.length_ratio:.3f}, {sn.length_ratio:.3f})"
             )
         spread = f", sd {statistics.stdev(diffs):.2f}" if len(diffs) > 1 else ""
         lines.append(
@@ -143,7 +143,7 @@ def report(base: list[Run], new: list[Run], edges: list[int], samples: int) -> l
                 continue
             sub_refs = [pooled_refs[i] for i in rows]
             got = {
-                who: metric.corpus_score([hyps[i] for i in rows], [sub_refs]).score
+                who: corpus_bleu([hyps[i] for i in rows], sub_refs).score
                 for who, hyps in pooled.items()
             }
             lines.append(
