@@ -114,7 +114,7 @@ def report(base: list[Run], new: list[Run], edges: list[int], samples: int) -> l
             )
         spread = f", sd {statistics.stdev(diffs):.2f}" if len(diffs) > 1 else ""
         lines.append(
-            f"mean new-base over {len(diffs)} seeds: {statistics.mean(diffs):+.2f}{spread}"
+            f"mean new-base over {_count(len(diffs), 'seed')}: {statistics.mean(diffs):+.2f}{spread}"
         )
 
         pooled_refs = refs * len(base)
@@ -147,10 +147,14 @@ def report(base: list[Run], new: list[Run], edges: list[int], samples: int) -> l
                 for who, hyps in pooled.items()
             }
             lines.append(
-                f"  reference {name} words ({len(rows) // len(base)} sentences): base "
+                f"  reference {name} words ({_count(len(rows) // len(base), 'sentence')}): base "
                 f"{got['base']:.2f}  new {got['new']:.2f}  new-base {got['new'] - got['base']:+.2f}"
             )
     return lines
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -295,9 +295,9 @@ def test_paired_bleu_reads_pairs_by_seed_pooled_and_by_length(tmp_path) -> None:
     )
     # by reference length in words: 1-5 holds sentence 2 alone (5 words), >=9 sentences 3 and 4
     short = BLEU().corpus_score(["i see the dog .", "i see a dog ."], [["i see a dog ."] * 2]).score
-    assert f"reference 1-5 words (1 sentences): base 100.00  new {short:.2f}" in greedy
+    assert f"reference 1-5 words (1 sentence): base 100.00  new {short:.2f}" in greedy
     assert (
-        "reference 6-8 words (1 sentences)" in greedy
+        "reference 6-8 words (1 sentence)" in greedy
         and "reference >=9 words (2 sentences)" in greedy
     )
 
