@@ -255,6 +255,8 @@ def test_eflomal_aligns_the_training_split_once_and_the_links_are_cached(tmp_pat
     with caplog.at_level(logging.INFO):
         again = load_corpus(cfg)
     assert "aligning" not in caplog.text and again["train"]["alignment"] == lines  # cached
+    teacher = next((tmp_path / "cache" / "alignments").glob("eflomal_gdfa_*.pharaoh"))
+    assert f"guided alignment's teacher: {teacher}" in caplog.text  # which file, in the run's log
     # a copy of the files (new paths, new modification times) is the same text: still cached,
     # so the run keeps its teacher (eflomal would start from another random state)
     copy = tmp_path / "copy"

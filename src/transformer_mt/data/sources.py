@@ -227,6 +227,8 @@ def _with_eflomal(train: Dataset, cfg: DataConfig) -> Dataset:
     paths = align_corpus(
         lambda: (train["src"], train["tgt"]), Path(cfg.cache_dir) / "alignments", text_key(train)
     )
+    # named in the log: runs compared with each other must share this file (their teacher)
+    log.info("guided alignment's teacher: %s", paths[cfg.eflomal_links])
     return _with_alignment_file(train, cfg, str(paths[cfg.eflomal_links]))
 
 
