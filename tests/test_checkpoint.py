@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_mt.checkpoint import average_checkpoints, last_checkpoints, resolve_checkpoint
+from transformer_mt.checkpoint import (
+    average_checkpoints,
+    checkpoint_sources,
+    last_checkpoints,
+    resolve_checkpoint,
+)
+from transformer_mt.config import checkpoint_tag
+from transformer_mt.errors import UserError
 
 MODEL = {"d_model": 4, "n_layers": 1, "vocab_size": 10}
 
@@ -74,6 +81,48 @@ def test_last_checkpoints_are_the_latest_steps(tmp_path: Path) -> None:
     ]
     with pytest.raises(FileNotFoundError, match="has 4 step checkpoints, fewer than the 5"):
         last_checkpoints(tmp_path, 5)
+
+
+def test_averaging_from_a_step_checkpoint_ends_at_it(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for step in (100, 200, 300, 400):
+        _save(folder / f"epoch=0-step={step}.ckpt", [0.0, 0.0])
+    _save(folder / "last.ckpt", [0.0, 0.0])
+    names = lambda paths: [p.name for p in paths]  # noqa: E731
+    # the two that end at step 300, not the run's last two (400 was written after it)
+    assert names(checkpoint_sources(folder / "epoch=0-step=300.ckpt", 2)) == [
+        "epoch=0-step=200.ckpt",
+        "epoch=0-step=300.ckpt",
+    ]
+    for end in (tmp_path, folder / "last.ckpt"):  # the run, or its last.ckpt: the run's end
+        assert names(checkpoint_sources(end, 2)) == [
+            "epoch=0-step=300.ckpt",
+            "epoch=0-step=400.ckpt",
+        ]
+    assert names(checkpoint_sources(folder / "epoch=0-step=200.ckpt", 1)) == [
+        "epoch=0-step=200.ckpt"
+    ]
+    assert names(checkpoint_sources(tmp_path, 1)) == ["last.ckpt"]
+    with pytest.raises(
+        FileNotFoundError, match="has 2 step checkpoints up to step 200, fewer than the 3"
+    ):
+        checkpoint_sources(folder / "epoch=0-step=200.ckpt", 3)
+    _save(folder / "best.ckpt", [0.0, 0.0])  # no step in its name: nothing to end at
+    with pytest.raises(
+        UserError, match=r"best.ckpt: its name carries no step .* ckpt.average_last=1"
+    ):
+        checkpoint_sources(folder / "best.ckpt", 2)
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        checkpoint_sources(folder / "epoch=0-step=500.ckpt", 2)
+
+
+def test_evaluate_folder_names_the_checkpoint(tmp_path: Path) -> None:
+    # evaluate.py's output folder: two checkpoints of a run never share (and overwrite) one
+    assert checkpoint_tag(None) == "" and checkpoint_tag(str(tmp_path)) == ""
+    assert checkpoint_tag("run/checkpoints/last.ckpt") == ""
+    assert checkpoint_tag("run/checkpoints/epoch=2-step=800.ckpt") == "_step800"
+    assert checkpoint_tag("run/checkpoints/best.ckpt") == "_best"
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> None:

@@ -94,6 +94,17 @@ CASES = {
         {},
         r"length_penalties=\[\] is empty",
     ),
+    "evaluate averaging that ends at a checkpoint named without a step": (
+        "evaluate.py",
+        lambda p: [
+            f"run_dir={p.run}",
+            f"ckpt.path={p.tmp / 'other.ckpt'}",
+            "ckpt.average_last=2",
+            f"hydra.run.dir={p.tmp / 'eval'}",
+        ],
+        {},
+        r"other\.ckpt: its name carries no step .*ckpt\.average_last=1",
+    ),
     "translate a missing run": (
         "translate.py",
         lambda p: [p.missing, "--input", p.tmp / "src.txt"],

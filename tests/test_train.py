@@ -346,6 +346,25 @@ def test_evaluate_refuses_a_directory_that_is_not_a_run(tmp_path) -> None:
         evaluate(cfg)
 
 
+def test_evaluate_writes_each_checkpoint_to_its_own_folder(tmp_path) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from .conftest import CONF
+
+    def output_dir(*overrides: str) -> str:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose("evaluate", overrides=[f"run_dir={tmp_path}", *overrides])
+        return cfg.output_dir
+
+    step = f"ckpt.path='{tmp_path}/checkpoints/epoch=0-step=800.ckpt'"
+    assert output_dir() == f"{tmp_path}/eval/test_beam4_avg1"
+    assert output_dir(step) == f"{tmp_path}/eval/test_beam4_avg1_step800"
+    assert output_dir(step, "ckpt.average_last=5", "decode=greedy", "split=valid") == (
+        f"{tmp_path}/eval/valid_beam1_avg5_step800"
+    )
+    assert output_dir(f"ckpt.path={tmp_path}/checkpoints/last.ckpt") == output_dir()
+
+
 def _translate_cli(out, stdin: bytes, *args: str):
     import subprocess
     import sys

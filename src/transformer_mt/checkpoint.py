@@ -5,14 +5,13 @@ The paper averages the last 5 (base) or 20 (big) checkpoints, written every 10 m
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 
-from transformer_mt.config import DataConfig, TransformerConfig
+from transformer_mt.config import DataConfig, TransformerConfig, checkpoint_step
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.errors import UserError
 from transformer_mt.model import Transformer
@@ -40,19 +39,46 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return path
 
 
-def last_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
-    """The ``n`` latest step checkpoints of a run (``checkpoints/*step=S.ckpt``), oldest first."""
+def last_checkpoints(run_dir: str | Path, n: int, up_to_step: int | None = None) -> list[Path]:
+    """The ``n`` latest step checkpoints of a run (``checkpoints/*step=S.ckpt``), oldest first;
+    with ``up_to_step``, the ``n`` latest of those at or before that step."""
     found = []
     for path in Path(run_dir, "checkpoints").glob("*.ckpt"):
-        match = re.search(r"step=(\d+)", path.name)
-        if match:
-            found.append((int(match.group(1)), path))
+        step = checkpoint_step(path)
+        if step is not None and (up_to_step is None or step <= up_to_step):
+            found.append((step, path))
     if len(found) < n:
+        upto = "" if up_to_step is None else f" up to step {up_to_step}"
         raise FileNotFoundError(
-            f"{run_dir} has {len(found)} step checkpoints, fewer than the {n} to average; "
+            f"{run_dir} has {len(found)} step checkpoints{upto}, fewer than the {n} to average; "
             "lower ckpt.average_last or keep more checkpoints when training"
         )
     return [path for _, path in sorted(found)[-n:]]
+
+
+def checkpoint_sources(path: str | Path, average_last: int) -> list[Path]:
+    """The checkpoint files that ``load_model(path, average_last=...)`` reads, oldest first.
+
+    A run directory: its ``last.ckpt``, or its last ``average_last`` step checkpoints. A step
+    checkpoint (``...step=S.ckpt``): that file, or the ``average_last`` of its run that end at
+    step S, never later ones. ``last.ckpt``: the run's end.
+    """
+    path = Path(path)
+    if average_last <= 1:
+        return [resolve_checkpoint(path)]
+    if path.is_dir():
+        return last_checkpoints(path, average_last)
+    resolve_checkpoint(path)  # a missing file: the same message as without averaging
+    if path.name == "last.ckpt":
+        return last_checkpoints(path.parent.parent, average_last)
+    step = checkpoint_step(path)
+    if step is None:
+        raise UserError(
+            f"cannot average the checkpoints that end at {path}: its name carries no step "
+            "(Lightning's '...step=S.ckpt'); pass the run directory or a step checkpoint, or "
+            "ckpt.average_last=1 to decode this file alone"
+        )
+    return last_checkpoints(path.parent.parent, average_last, up_to_step=step)
 
 
 def _load(path: Path, map_location: str) -> dict:
@@ -121,13 +147,13 @@ def load_model(
 
     Args:
         path: a run directory (its ``last.ckpt``, or its last checkpoints when averaging) or a file.
-        average_last: average the parameters of the run's last N step checkpoints (§6.1).
+        average_last: average the parameters of the run's last N step checkpoints (§6.1); with
+            a step checkpoint as ``path``, the N that end at it.
 
     The tokenizer is the ``tokenizer.model`` that ``train.py`` copies into the run directory.
     """
     if average_last > 1:
-        run_dir = Path(path) if Path(path).is_dir() else Path(path).parent.parent
-        sources = last_checkpoints(run_dir, average_last)
+        sources = checkpoint_sources(path, average_last)
         ckpt = average_checkpoints(sources, map_location)
         ckpt_path = sources[-1]
     else:

@@ -10,6 +10,7 @@ a silently ignored setting. Model code receives a ``TransformerConfig``, never a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -464,6 +465,22 @@ def run_average_last(run_dir: str) -> int:
     return int(OmegaConf.select(OmegaConf.load(path), "checkpoint.average_last", default=1))
 
 
+def checkpoint_step(path: str | Path) -> int | None:
+    """The training step in a checkpoint's file name (``epoch=2-step=800.ckpt``: 800), or None."""
+    match = re.search(r"step=(\d+)", Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def checkpoint_tag(path: str | None) -> str:
+    """What ``evaluate.py``'s output folder adds for ``ckpt.path``: ``_step800`` for a step
+    checkpoint, ``_<name>`` for another file, nothing for a run directory or ``last.ckpt``
+    (what the folder holds without it), so that evaluating two checkpoints keeps both outputs."""
+    if path is None or Path(path).is_dir() or Path(path).name == "last.ckpt":
+        return ""
+    step = checkpoint_step(path)
+    return f"_step{step}" if step is not None else f"_{Path(path).stem}"
+
+
 def register_configs() -> None:
     """Register the schemas that ``conf/train.yaml`` and ``conf/evaluate.yaml`` are validated against.
 
@@ -476,3 +493,5 @@ def register_configs() -> None:
     ConfigStore.instance().store(name="evaluate_schema", node=EvaluateConfig)
     if not OmegaConf.has_resolver("run_average_last"):
         OmegaConf.register_new_resolver("run_average_last", run_average_last)
+    if not OmegaConf.has_resolver("checkpoint_tag"):
+        OmegaConf.register_new_resolver("checkpoint_tag", checkpoint_tag)
