@@ -355,8 +355,22 @@ def test_extra_train_appends_gold_sentences_after_the_holdout(tmp_path) -> None:
     assert "el gato negro" not in held  # never held out: the gold text is for training
     # a Pharaoh file of the training lines has no lines for the added pairs: refused
     (tmp_path / "train.links").write_text("0-0\n" * 40)
-    with pytest.raises(UserError, match="data.extra_train adds pairs that data.alignments"):
+    with pytest.raises(UserError, match=r"has 40 lines but the run trains on 32 pairs .* teacher"):
         load_corpus(DataConfig(**{**cfg.__dict__, "alignments": str(tmp_path / "train.links")}))
+    # one line per pair trained on, the added ones last (eflomal's file): each pair its own line
+    (tmp_path / "run.links").write_text("".join(f"0-{i % 3}\n" for i in range(32)))
+    pinned = load_corpus(DataConfig(**{**cfg.__dict__, "alignments": str(tmp_path / "run.links")}))
+    assert list(zip(pinned["train"]["src"], pinned["train"]["tgt"])) == train
+    assert pinned["train"]["alignment"] == [f"0-{i % 3}" for i in range(32)]
+    with pytest.raises(UserError, match="data.extra_train adds pairs that data.alignments=builtin"):
+        load_corpus(
+            DataConfig(
+                name="demo_es_en",
+                alignments="builtin",
+                extra_train={"tiny": gold},
+                cache_dir=str(tmp_path / "cache"),
+            )
+        )
     missing = GoldSetConfig(format="graca", path=str(tmp_path / "nowhere"))
     with pytest.raises(UserError, match=r"data.extra_train.lost: .*nowhere does not exist"):
         load_corpus(DataConfig(**{**cfg.__dict__, "extra_train": {"lost": missing}}))

@@ -81,7 +81,8 @@ def load_corpus(cfg: DataConfig) -> DatasetDict:
     for split, ds in corpus.items():
         if len(ds) == 0:
             raise UserError(f"split {split!r} of data={cfg.name} has no pairs; check its source")
-    if cfg.alignments not in (None, "builtin", "eflomal"):  # a file: one line per training line
+    pinned = cfg.alignments not in (None, "builtin", "eflomal")  # a Pharaoh file
+    if pinned and not cfg.extra_train:  # one line per line of the training files
         corpus["train"] = _with_alignment_file(corpus["train"], cfg)
     if cfg.holdout:
         corpus = _hold_out(corpus["train"], cfg)
@@ -92,6 +93,8 @@ def load_corpus(cfg: DataConfig) -> DatasetDict:
         corpus["train"] = train.select(range(cfg.train_subset))
     if cfg.extra_train:
         corpus["train"] = _with_extra_pairs(corpus["train"], cfg)
+        if pinned:  # one line per pair trained on, added ones included: eflomal's file is that
+            corpus["train"] = _with_alignment_file(corpus["train"], cfg, extra_train=True)
     if cfg.alignments == "eflomal":
         corpus["train"] = _with_eflomal(corpus["train"], cfg)
     return corpus
@@ -99,10 +102,10 @@ def load_corpus(cfg: DataConfig) -> DatasetDict:
 
 def _with_extra_pairs(train: Dataset, cfg: DataConfig) -> Dataset:
     """The training split followed by the sentence pairs of ``data.extra_train``'s gold sets."""
-    if cfg.alignments not in (None, "eflomal"):
+    if cfg.alignments == "builtin":
         raise UserError(
-            f"data.extra_train adds pairs that data.alignments={cfg.alignments} has no links "
-            f"for; use data.alignments=eflomal (it aligns the added pairs too) or leave one out"
+            "data.extra_train adds pairs that data.alignments=builtin has no links for; use "
+            "data.alignments=eflomal (it aligns the added pairs too) or leave one out"
         )
     stamps = []
     for name, gold in cfg.extra_train.items():
@@ -179,8 +182,14 @@ def _read_lines(stamp: str):
             yield {"alignment": decode_line(line, str(path), number).strip()}
 
 
-def _with_alignment_file(train: Dataset, cfg: DataConfig, path: str | None = None) -> Dataset:
-    """The training split with an ``alignment`` column: line n of a Pharaoh file for pair n."""
+def _with_alignment_file(
+    train: Dataset, cfg: DataConfig, path: str | None = None, extra_train: bool = False
+) -> Dataset:
+    """The training split with an ``alignment`` column: line n of a Pharaoh file for pair n.
+
+    ``extra_train``: the split ends with ``data.extra_train``'s pairs, which the file must cover
+    too (a file written by eflomal for a run with the same data does: the teacher its log names).
+    """
     file = Path(path or cfg.alignments).expanduser()
     if not file.is_file():
         raise UserError(
@@ -194,6 +203,13 @@ def _with_alignment_file(train: Dataset, cfg: DataConfig, path: str | None = Non
         cache_dir=str(Path(cfg.cache_dir) / "hf"),
         features=Features({"alignment": Value("string")}),
     )
+    if len(links) != len(train) and extra_train:
+        raise UserError(
+            f"data.alignments: {file} has {len(links)} lines but the run trains on {len(train)} "
+            f"pairs (data={cfg.name} and data.extra_train's); with data.extra_train it needs one "
+            "line per pair trained on, in order, the added ones last: the eflomal file that a "
+            "guided run with the same data names in its log ('guided alignment's teacher: ...')"
+        )
     if len(links) != len(train):
         raise UserError(
             f"data.alignments: {file} has {len(links)} lines but the training split of "
