@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
-from transformer_mt.cli import report_user_errors
+from transformer_mt.cli import refuse_unquoted_equals, report_user_errors
 from transformer_mt.config import register_configs
 from transformer_mt.evaluate import evaluate
 
@@ -19,4 +21,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    refuse_unquoted_equals(sys.argv[1:])  # before Hydra, whose message would not name it
     main()

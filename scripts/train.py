@@ -6,13 +6,14 @@ any ``key=value`` changes (e.g. more steps): ``python scripts/train.py resume=<r
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_mt.cli import report_user_errors
+from transformer_mt.cli import refuse_unquoted_equals, report_user_errors
 from transformer_mt.config import TrainConfig, register_configs, upgrade_saved_config
 from transformer_mt.errors import UserError
 
@@ -52,4 +53,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    refuse_unquoted_equals(sys.argv[1:])  # before Hydra, whose message would not name it
     main()

@@ -105,6 +105,18 @@ CASES = {
         {},
         r"other\.ckpt: its name carries no step .*ckpt\.average_last=1",
     ),
+    "evaluate a checkpoint name holding '=', unquoted": (
+        "evaluate.py",
+        lambda p: [f"run_dir={p.run}", f"ckpt.path={p.run}/checkpoints/epoch=0-step=8.ckpt"],
+        {},
+        r"ckpt\.path=.*epoch=0-step=8\.ckpt: the value holds '=',.*\"ckpt\.path='.*step=8\.ckpt'\"",
+    ),
+    "train a run folder holding '=', unquoted": (
+        "train.py",
+        lambda p: [f"hydra.run.dir={p.tmp}/lr=0.1"],
+        {},
+        r"hydra\.run\.dir=.*lr=0\.1: the value holds '='.* quote the value",
+    ),
     "translate a missing run": (
         "translate.py",
         lambda p: [p.missing, "--input", p.tmp / "src.txt"],
@@ -330,3 +342,28 @@ def test_a_bug_keeps_its_traceback() -> None:
     with pytest.raises(SystemExit) as exit_:
         bad_input()
     assert exit_.value.code == 2
+
+
+def test_overrides_hydra_reads_pass_the_quoting_check(capsys) -> None:
+    from transformer_mt.cli import refuse_unquoted_equals
+
+    refuse_unquoted_equals(
+        [
+            "ckpt.path='run/epoch=2-step=800.ckpt'",  # quoted
+            'ckpt.path="run/epoch=2-step=800.ckpt"',
+            r"ckpt.path=run/epoch\=2",  # escaped
+            "optim.lr=range(start=1,stop=3)",  # a sweep function's named arguments
+            "--config-name=train",
+            "length_penalties=[0.6,1.0]",
+            "model=base",
+            "resume",
+        ]
+    )
+    assert capsys.readouterr().err == ""
+    with pytest.raises(SystemExit) as stopped:
+        refuse_unquoted_equals(["model=base", "+extra.dir=a=b"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: +extra.dir=a=b: the value holds '=', which Hydra reads as the start of another "
+        "override; quote the value: \"+extra.dir='a=b'\"\n"
+    )

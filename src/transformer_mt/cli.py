@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import sys
 from collections.abc import Callable
 from typing import TypeVar
@@ -53,3 +54,22 @@ def report_user_errors(main: F) -> F:
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
+
+
+def refuse_unquoted_equals(argv: list[str]) -> None:
+    """Stop at a ``key=value`` override whose value holds a bare ``=`` (Lightning's checkpoint
+    names: ``epoch=2-step=800.ckpt``), which Hydra's grammar rejects without naming the override:
+    say which one and how to quote it, exit status 2. Quoted values, ``\\=`` and sweep functions
+    (``range(start=1,stop=3)``) are Hydra's to read."""
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        key, value = arg.split("=", 1)
+        if value[:1] in ("'", '"') or "(" in value or not re.search(r"(?<!\\)=", value):
+            continue
+        print(
+            f"error: {arg}: the value holds '=', which Hydra reads as the start of another "
+            f"override; quote the value: \"{key}='{value}'\"",
+            file=sys.stderr,
+        )
+        sys.exit(2)
