@@ -324,7 +324,9 @@ def test_holdout_draws_valid_and_test_without_shared_sentences(tmp_path) -> None
 
 
 @pytest.mark.slow  # reads files into Arrow
-def test_extra_train_appends_gold_sentences_after_the_holdout(tmp_path) -> None:
+def test_extra_train_appends_gold_sentences_after_the_holdout(tmp_path, caplog) -> None:
+    import logging
+
     from transformer_mt.config import GoldSetConfig
 
     pairs = [(f"frase {i} .", f"sentence {i} .") for i in range(40)]
@@ -359,7 +361,11 @@ def test_extra_train_appends_gold_sentences_after_the_holdout(tmp_path) -> None:
         load_corpus(DataConfig(**{**cfg.__dict__, "alignments": str(tmp_path / "train.links")}))
     # one line per pair trained on, the added ones last (eflomal's file): each pair its own line
     (tmp_path / "run.links").write_text("".join(f"0-{i % 3}\n" for i in range(32)))
-    pinned = load_corpus(DataConfig(**{**cfg.__dict__, "alignments": str(tmp_path / "run.links")}))
+    with caplog.at_level(logging.INFO, logger="transformer_mt.data.sources"):
+        pinned = load_corpus(
+            DataConfig(**{**cfg.__dict__, "alignments": str(tmp_path / "run.links")})
+        )
+    assert f"guided alignment's teacher: {(tmp_path / 'run.links').resolve()}" in caplog.text
     assert list(zip(pinned["train"]["src"], pinned["train"]["tgt"])) == train
     assert pinned["train"]["alignment"] == [f"0-{i % 3}" for i in range(32)]
     with pytest.raises(UserError, match="data.extra_train adds pairs that data.alignments=builtin"):

@@ -196,6 +196,8 @@ def _with_alignment_file(
             f"data.alignments={cfg.alignments}: no such file; give a Pharaoh file (source-target, "
             f"one line per training pair), eflomal, or builtin (demo corpus)"
         )
+    if path is None:  # a file of the user's (eflomal's own is named by _with_eflomal)
+        log.info("guided alignment's teacher: %s", file.resolve())
     stamp = json.dumps([str(file.resolve()), file.stat().st_size, file.stat().st_mtime_ns])
     links = Dataset.from_generator(
         _read_lines,
