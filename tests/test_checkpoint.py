@@ -69,12 +69,18 @@ def test_unequal_integer_buffers_are_refused(tmp_path: Path) -> None:
         average_checkpoints([a, b])
 
 
-def test_last_checkpoints_are_the_latest_steps(tmp_path: Path) -> None:
-    folder = tmp_path / "checkpoints"
+def _run_with_steps(run: Path, steps: tuple[int, ...]) -> Path:
+    """A run folder's ``checkpoints/``: one step checkpoint per step, and ``last.ckpt``."""
+    folder = run / "checkpoints"
     folder.mkdir()
-    for step in (100, 2000, 300, 40):
+    for step in steps:
         _save(folder / f"epoch=0-step={step}.ckpt", [0.0, 0.0])
     _save(folder / "last.ckpt", [0.0, 0.0])
+    return folder
+
+
+def test_last_checkpoints_are_the_latest_steps(tmp_path: Path) -> None:
+    _run_with_steps(tmp_path, (100, 2000, 300, 40))
     assert [p.name for p in last_checkpoints(tmp_path, 2)] == [
         "epoch=0-step=300.ckpt",
         "epoch=0-step=2000.ckpt",
@@ -84,11 +90,7 @@ def test_last_checkpoints_are_the_latest_steps(tmp_path: Path) -> None:
 
 
 def test_averaging_from_a_step_checkpoint_ends_at_it(tmp_path: Path) -> None:
-    folder = tmp_path / "checkpoints"
-    folder.mkdir()
-    for step in (100, 200, 300, 400):
-        _save(folder / f"epoch=0-step={step}.ckpt", [0.0, 0.0])
-    _save(folder / "last.ckpt", [0.0, 0.0])
+    folder = _run_with_steps(tmp_path, (100, 200, 300, 400))
     names = lambda paths: [p.name for p in paths]  # noqa: E731
     # the two that end at step 300, not the run's last two (400 was written after it)
     assert names(checkpoint_sources(folder / "epoch=0-step=300.ckpt", 2)) == [

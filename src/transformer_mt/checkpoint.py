@@ -152,14 +152,12 @@ def load_model(
 
     The tokenizer is the ``tokenizer.model`` that ``train.py`` copies into the run directory.
     """
-    if average_last > 1:
-        sources = checkpoint_sources(path, average_last)
+    sources = checkpoint_sources(path, average_last)
+    if len(sources) > 1:
         ckpt = average_checkpoints(sources, map_location)
-        ckpt_path = sources[-1]
     else:
-        ckpt_path = resolve_checkpoint(path)
-        sources = [ckpt_path]
-        ckpt = _load(ckpt_path, map_location)
+        ckpt = _load(sources[0], map_location)
+    ckpt_path = sources[-1]
     hparams = ckpt["hyper_parameters"]
     model = Transformer(TransformerConfig(**hparams["model"]))
     state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()}
