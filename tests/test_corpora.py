@@ -368,6 +368,10 @@ def test_extra_train_appends_gold_sentences_after_the_holdout(tmp_path, caplog) 
     assert f"guided alignment's teacher: {(tmp_path / 'run.links').resolve()}" in caplog.text
     assert list(zip(pinned["train"]["src"], pinned["train"]["tgt"])) == train
     assert pinned["train"]["alignment"] == [f"0-{i % 3}" for i in range(32)]
+    # without data.extra_train the file is per line of the training files (before the holdout)
+    alone = {**cfg.__dict__, "extra_train": {}, "alignments": str(tmp_path / "run.links")}
+    with pytest.raises(UserError, match=r"32 lines but the training split of data=local has 40"):
+        load_corpus(DataConfig(**alone))
     with pytest.raises(UserError, match="data.extra_train adds pairs that data.alignments=builtin"):
         load_corpus(
             DataConfig(

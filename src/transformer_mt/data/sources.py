@@ -94,7 +94,7 @@ def load_corpus(cfg: DataConfig) -> DatasetDict:
     if cfg.extra_train:
         corpus["train"] = _with_extra_pairs(corpus["train"], cfg)
         if pinned:  # one line per pair trained on, added ones included: eflomal's file is that
-            corpus["train"] = _with_alignment_file(corpus["train"], cfg, extra_train=True)
+            corpus["train"] = _with_alignment_file(corpus["train"], cfg)
     if cfg.alignments == "eflomal":
         corpus["train"] = _with_eflomal(corpus["train"], cfg)
     return corpus
@@ -182,12 +182,10 @@ def _read_lines(stamp: str):
             yield {"alignment": decode_line(line, str(path), number).strip()}
 
 
-def _with_alignment_file(
-    train: Dataset, cfg: DataConfig, path: str | None = None, extra_train: bool = False
-) -> Dataset:
+def _with_alignment_file(train: Dataset, cfg: DataConfig, path: str | None = None) -> Dataset:
     """The training split with an ``alignment`` column: line n of a Pharaoh file for pair n.
 
-    ``extra_train``: the split ends with ``data.extra_train``'s pairs, which the file must cover
+    With ``data.extra_train`` the split ends with the added pairs, which the file must cover
     too (a file written by eflomal for a run with the same data does: the teacher its log names).
     """
     file = Path(path or cfg.alignments).expanduser()
@@ -205,18 +203,17 @@ def _with_alignment_file(
         cache_dir=str(Path(cfg.cache_dir) / "hf"),
         features=Features({"alignment": Value("string")}),
     )
-    if len(links) != len(train) and extra_train:
-        raise UserError(
-            f"data.alignments: {file} has {len(links)} lines but the run trains on {len(train)} "
-            f"pairs (data={cfg.name} and data.extra_train's); with data.extra_train it needs one "
-            "line per pair trained on, in order, the added ones last: the eflomal file that a "
-            "guided run with the same data names in its log ('guided alignment's teacher: ...')"
-        )
     if len(links) != len(train):
-        raise UserError(
-            f"data.alignments: {file} has {len(links)} lines but the training split of "
-            f"data={cfg.name} has {len(train)} pairs; it needs one line per pair, in order"
+        needs = (
+            f"the run trains on {len(train)} pairs (data={cfg.name} and data.extra_train's); "
+            "with data.extra_train it needs one line per pair trained on, in order, the added "
+            "ones last: the eflomal file that a guided run with the same data names in its log "
+            "('guided alignment's teacher: ...')"
+            if cfg.extra_train
+            else f"the training split of data={cfg.name} has {len(train)} pairs; it needs one "
+            "line per pair, in order"
         )
+        raise UserError(f"data.alignments: {file} has {len(links)} lines but {needs}")
     return concatenate_datasets([train, links], axis=1)
 
 
