@@ -367,3 +367,25 @@ def test_overrides_hydra_reads_pass_the_quoting_check(capsys) -> None:
         "error: +extra.dir=a=b: the value holds '=', which Hydra reads as the start of another "
         "override; quote the value: \"+extra.dir='a=b'\"\n"
     )
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["a=b", "run/epoch=2-step=800.ckpt", "it's=b", 'say "x"=y', "$HOME/x=1", "a=b!"],
+)
+def test_the_suggested_quoting_reads_back_as_the_value(value: str, capsys) -> None:
+    """What the message says to type, read by bash (quotes, ``$``) and parsed by Hydra, is the
+    value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from transformer_mt.cli import refuse_unquoted_equals
+
+    with pytest.raises(SystemExit):
+        refuse_unquoted_equals([f"ckpt.path={value}"])
+    suggested = capsys.readouterr().err.strip().split("quote the value: ", 1)[1]
+    words = subprocess.run(
+        ["bash", "-c", f"printf '%s\\0' {suggested}"], capture_output=True, text=True, check=True
+    ).stdout.split("\0")[:-1]
+    (typed,) = words
+    override = OverridesParser.create().parse_override(typed)
+    assert (override.key_or_group, override.value()) == ("ckpt.path", value)

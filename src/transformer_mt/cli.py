@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import re
+import shlex
 import sys
 from collections.abc import Callable
 from typing import TypeVar
@@ -69,7 +70,20 @@ def refuse_unquoted_equals(argv: list[str]) -> None:
             continue
         print(
             f"error: {arg}: the value holds '=', which Hydra reads as the start of another "
-            f"override; quote the value: \"{key}='{value}'\"",
+            f"override; quote the value: {_quoted_override(key, value)}",
             file=sys.stderr,
         )
         sys.exit(2)
+
+
+def _quoted_override(key: str, value: str) -> str:
+    """``key=value`` with the value quoted for Hydra, then the whole quoted for a POSIX shell:
+    ``"key='value'"`` where that reads back as typed, else a form that does for any value (one
+    holding ``'``, ``"``, ``$`` or a backslash)."""
+    if "'" in value:
+        override = f'{key}="' + value.replace('"', '\\"') + '"'
+    else:
+        override = f"{key}='{value}'"
+    if re.search(r'[$`"\\!]', override) is None:
+        return f'"{override}"'
+    return shlex.quote(override)
