@@ -273,7 +273,7 @@ def test_checkpoint_rebuilds_the_model_alone(small_run) -> None:
 
 
 @pytest.mark.slow
-def test_evaluate_decodes_with_beam_and_averaging(small_run, tmp_path) -> None:
+def test_evaluate_decodes_with_beam_and_averaging(small_run, tmp_path, capsys) -> None:
     from hydra import compose, initialize_config_dir
 
     from transformer_mt.evaluate import evaluate
@@ -287,6 +287,9 @@ def test_evaluate_decodes_with_beam_and_averaging(small_run, tmp_path) -> None:
             overrides=[f"run_dir={out}", "ckpt.average_last=2", f"output_dir={tmp_path}"],
         )
     scores = evaluate(cfg)
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.startswith("test of demo_es_en (es->en), 30 sentences, beam 4"), header
+    assert scores["direction"] == "es-en"
     assert scores["decode"]["beam_size"] == 4 and scores["decode"]["length_penalty"] == 0.6
     assert len(scores["checkpoints"]) == 2 and scores["sentences"] == 30
     assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")

@@ -83,10 +83,12 @@ def evaluate(cfg: DictConfig) -> dict:
         "checkpoints": [str(p) for p in sources],
         "decode": asdict(decode),
         "data": data_cfg.name,
+        "direction": f"{data_cfg.src_lang}-{data_cfg.tgt_lang}",
         "split": cfg.split,
     }
     lines = [
-        f"{cfg.split} of {data_cfg.name}, {len(hyps)} sentences, beam {decode.beam_size}, "
+        f"{cfg.split} of {data_cfg.name} ({data_cfg.src_lang}->{data_cfg.tgt_lang}), "
+        f"{len(hyps)} sentences, beam {decode.beam_size}, "
         f"α {decode.length_penalty}, {len(sources)} checkpoint(s), engine {decode.engine}"
         + (" (compiled)" if decode.compile else "")
         + ":",
