@@ -33,7 +33,9 @@ teacher) turned into per-row distributions and read back by the same methods, ag
 (with ``--by-length``, the ceiling's lengths too). With two directions, each direction's head is
 read by every method (its own tau) and each pair of readings is symmetrized; the two heads'
 matrices are also merged cell by cell (average, geometric mean) and read by every method
-(tau chosen on the dev set's merged matrices). The dev set names the one combination to report.
+(tau chosen on the dev set's merged matrices). The dev set names the one combination to report;
+with ``--by-length`` that combination's AER minus eflomal's is printed per length bucket too
+(where a gap to the teacher lives, apart from the gold set's own rise with length).
 AER is lower-better; P and R are precision against possible links and recall of sure ones.
 ``pip install -e ".[align]"`` for eflomal.
 """
@@ -478,6 +480,14 @@ def main() -> None:
             print(f"\nAER by source length (words) on {gold.name}:")
             for label, links in picked + (ceiling_rows if dev is not None else []):
                 print(f"  {label}: {format_by_length(links, gold.gold, gold.sources)}")
+            if chosen_both:  # how much of a rise with length is the teacher's own
+                print(
+                    f"\nthe chosen combinations minus eflomal grow-diag-final-and, on {gold.name}:"
+                )
+                for label, _aer in chosen_both:
+                    links = dict(picked)[label]
+                    excess = format_by_length(links, gold.gold, gold.sources, minus=symmetric)
+                    print(f"  {label}: {excess}")
         # how closely each head follows eflomal, the teacher of a guided head, on these pairs
         teacher = [(links, links) for links in symmetric]
         print(f"\nagainst eflomal grow-diag-final-and as if it were the gold, on {gold.name}:")

@@ -384,3 +384,17 @@ def test_aer_by_source_length_buckets_hand_computed() -> None:
     assert buckets["11-20"] == (1.0, 0.0, 0.0, 2)  # sentences 2 and 4
     aer, precision, recall, n = buckets[">30"]
     assert (aer, precision, recall, n) == (pytest.approx(1 / 3), 0.5, 1.0, 1)  # 1 - 2/3
+
+    from transformer_mt.analysis.report import format_by_length
+
+    words = [" ".join("w" * n) for n in sources]
+    assert (
+        format_by_length(links, gold, words) == "1-10: 0.000 (1)  11-20: 1.000 (2)  >30: 0.333 (1)"
+    )
+    perfect = [{(0, 0)}, {(1, 1)}, {(2, 2)}, set()]  # every sure link, nothing else: AER 0
+    assert format_by_length(links, gold, words, minus=perfect) == (
+        "1-10: +0.000 (1)  11-20: +1.000 (2)  >30: +0.333 (1)"
+    )
+    assert format_by_length(perfect, gold, words, minus=links) == (
+        "1-10: +0.000 (1)  11-20: -1.000 (2)  >30: -0.333 (1)"
+    )

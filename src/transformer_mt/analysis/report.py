@@ -145,7 +145,15 @@ def aer_grids(grids: dict[str, list[list[LayerScores]]]) -> dict[str, list[list[
     return {name: [[round(s.aer, 4) for s in row] for row in grid] for name, grid in grids.items()}
 
 
-def format_by_length(links: list, gold: Gold, sources: list[str]) -> str:
-    """AER (sentences) per source-length bucket, as ``1-10: 0.123 (40)  11-20: ...``."""
-    buckets = scores_by_length(links, gold, [len(s.split()) for s in sources])
-    return "  ".join(f"{name}: {aer:.3f} ({n})" for name, (aer, _, _, n) in buckets.items())
+def format_by_length(links: list, gold: Gold, sources: list[str], minus: list | None = None) -> str:
+    """AER (sentences) per source-length bucket, as ``1-10: 0.123 (40)  11-20: ...``; with
+    ``minus`` (another aligner's links on the same pairs) the difference to its AER in each
+    bucket, signed: where a gap between the two lives."""
+    lengths = [len(s.split()) for s in sources]
+    buckets = scores_by_length(links, gold, lengths)
+    if minus is None:
+        return "  ".join(f"{name}: {aer:.3f} ({n})" for name, (aer, _, _, n) in buckets.items())
+    other = scores_by_length(minus, gold, lengths)
+    return "  ".join(
+        f"{name}: {aer - other[name][0]:+.3f} ({n})" for name, (aer, _, _, n) in buckets.items()
+    )
