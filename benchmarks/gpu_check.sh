@@ -77,9 +77,10 @@ if [ "$PART" != 2 ]; then
     section "peak memory against length" 90 "$PY benchmarks/memory.py --device cuda"
 fi
 if [ "$PART" != 1 ]; then
-    # 1M pairs, not WMT14's 4.5M: building that cache would take most of the check's time.
+    # 1M pairs, not WMT14's 4.5M: building that cache would take most of the check's time
+    # (GPU_CHECK_LOADER_PAIRS=200000 when the lease is short).
     section "data loader with pinned memory" 240 \
-        "$PY benchmarks/loader.py --pairs 1000000 --batches 200 --pin-memory --workdir $WORK/loader"
+        "$PY benchmarks/loader.py --pairs ${GPU_CHECK_LOADER_PAIRS:-1000000} --batches 200 --pin-memory --workdir $WORK/loader"
     # The step benchmark's eager base tokens/s (part 1's log), against which the run is read.
     STEP_TOK=$(awk '/^base:/{b=1} b && /^transformer_mt /{gsub(",", "", $3); print $3; exit}' "$STEP_LOG" 2>/dev/null)
     section "3-minute trainer=gpu run of model=base on the demo corpus, 25k-token micro-batches" 330 \

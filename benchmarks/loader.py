@@ -2,8 +2,8 @@
 
     python benchmarks/loader.py [--pairs 4500000] [--max-tokens 25000] [--workers 0 2] [--batches 300]
 
-The corpus repeats the 10,000 WMT EN-DE training pairs of ../shared/data (Europarl, CommonCrawl,
-news-commentary: WMT-like lengths) up to ``--pairs`` lines in ``--workdir`` (never in the project),
+The corpus repeats the 10,000 WMT EN-DE training pairs (Europarl, CommonCrawl, news-commentary:
+WMT-like lengths) of $TRANSFORMER_MT_DATA/wmt_ende_toy10k_opennmt (default ../shared/data) up to ``--pairs`` lines in ``--workdir`` (never in the project),
 and goes through the same ``data=local`` path as training: read into Arrow, SentencePiece on a
 seeded sample, tokenized with ``Dataset.map`` (all cached, so a second run starts at once). Then
 ``TranslationDataModule.train_dataloader()`` (the token-bucket sampler, row fetch from Arrow,
@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import gzip
 import itertools
+import os
 import resource
+import sys
 import time
 from pathlib import Path
 
@@ -30,7 +32,11 @@ from transformer_mt.data.batching import Batch, TokenBatchSampler, TokenRows
 from transformer_mt.datamodule import TranslationDataModule
 from transformer_mt.model.vocab import BOS_ID, PAD_ID
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "wmt_ende_toy10k_opennmt"
+# the data folder: $TRANSFORMER_MT_DATA as the recipes read it, else ../shared/data beside the checkout
+DATA = Path(
+    os.environ.get("TRANSFORMER_MT_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
+)
+SHARED = DATA / "wmt_ende_toy10k_opennmt"
 GOAL_BATCHES_PER_S = 100_000 / 5400  # the paper's base run in 1.5 h on one GPU
 
 
@@ -39,6 +45,11 @@ def build_corpus(workdir: Path, pairs: int) -> dict[str, list[str]]:
     src, tgt = workdir / f"wmt{pairs}.en", workdir / f"wmt{pairs}.de"
     small = [workdir / "wmt1000.en", workdir / "wmt1000.de"]
     if not src.exists():
+        if not (SHARED / "src-train.txt.gz").exists():
+            sys.exit(
+                f"error: the WMT EN-DE sample this benchmark repeats is not at {SHARED}: "
+                "set TRANSFORMER_MT_DATA to the folder that holds wmt_ende_toy10k_opennmt/"
+            )
         workdir.mkdir(parents=True, exist_ok=True)
         with gzip.open(SHARED / "src-train.txt.gz", "rt", encoding="utf-8") as f:
             en = f.read().splitlines()
