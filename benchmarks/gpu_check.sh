@@ -11,7 +11,9 @@
 #
 # About 11 minutes on one H100/H200-class GPU in one go (compiling base and big takes a minute or
 # two); the two parts fit a 10-minute limit each (part 2 reads part 1's step log for its ratio when
-# both use the same GPU_CHECK_DIR). Without CUDA it says so, runs the CPU-side part (the gpu tests
+# both use the same GPU_CHECK_DIR). The loader section reads the WMT sample under $TRANSFORMER_MT_DATA
+# (default ../shared/data, which a GPU machine may not have: it then says so and the section fails).
+# Without CUDA it says so, runs the CPU-side part (the gpu tests
 # are then deselected, the step benchmark runs at a toy size) and exits 0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
