@@ -3,8 +3,8 @@
     python benchmarks/loader.py [--pairs 4500000] [--max-tokens 25000] [--workers 0 2] [--batches 300]
 
 The corpus repeats the 10,000 WMT EN-DE training pairs (Europarl, CommonCrawl, news-commentary:
-WMT-like lengths) of $TRANSFORMER_MT_DATA/wmt_ende_toy10k_opennmt (default ../shared/data) up to ``--pairs`` lines in ``--workdir`` (never in the project),
-and goes through the same ``data=local`` path as training: read into Arrow, SentencePiece on a
+WMT-like lengths) of $TRANSFORMER_MT_DATA/wmt_ende_toy10k_opennmt (default ../shared/data) up to
+``--pairs`` lines in ``--workdir`` (never in the project), and goes through the same ``data=local`` path as training: read into Arrow, SentencePiece on a
 seeded sample, tokenized with ``Dataset.map`` (all cached, so a second run starts at once). Then
 ``TranslationDataModule.train_dataloader()`` (the token-bucket sampler, row fetch from Arrow,
 collate, and with ``--pin-memory`` page-locked batches as a CUDA run uses) is iterated for ``--batches`` batches of
