@@ -58,7 +58,7 @@ class StepMonitor:
     def _zeros(self, device: torch.device) -> Tensor:
         sums = torch.zeros(8, device=device)
         # fill_ passes -1 to the kernel; `sums[i] = -1.0` would copy it from host memory, which
-        # waits for the device (the gpu test under set_sync_debug_mode("error") caught it)
+        # waits for the device
         sums.narrow(0, FIRST_BAD_STEP, 1).fill_(-1.0)
         return sums
 
