@@ -51,7 +51,7 @@ from types import SimpleNamespace
 import numpy as np
 from machine import describe  # benchmarks/machine.py
 
-from transformer_mt.align.eflomal import align_corpus, corpus_key
+from transformer_mt.align.eflomal import EFLOMAL_TOKENIZE, align_corpus, corpus_key
 from transformer_mt.align.extract import (
     EXTRACTIONS,
     MERGES,
@@ -111,8 +111,15 @@ def read_links(path: str) -> list[set[tuple[int, int]]]:
     return [read_pharaoh(line)[0] for line in Path(path).read_text().splitlines()]
 
 
-def run_eflomal(gold: GoldSet, train_src: list[str], train_tgt: list[str], cache: Path):
-    """eflomal's two directions on the gold pairs, aligned together with the training pairs
+def run_eflomal(
+    gold: GoldSet,
+    train_src: list[str],
+    train_tgt: list[str],
+    cache: Path,
+    tokenize: tuple[str, str] | None,
+):
+    """eflomal's two directions on the gold pairs and their grow-diag-final-and (on the tokens
+    eflomal saw, as a guided run's teacher), aligned together with the training pairs
     (``transformer_mt.align.eflomal``, cached by the text), and the seconds it took."""
     # a run trained with data.extra_train holds the gold sentences already: once is enough
     known = set(zip(gold.sources, gold.targets))
@@ -121,10 +128,13 @@ def run_eflomal(gold: GoldSet, train_src: list[str], train_tgt: list[str], cache
     tgt = gold.targets + [t for _, t in kept]
     started = time.perf_counter()
     key = f"benchmark_{corpus_key(src, tgt)}"
-    paths = align_corpus(lambda: (src, tgt), cache / "alignments", key)
+    paths = align_corpus(lambda: (src, tgt), cache / "alignments", key, tokenize=tokenize)
     seconds = time.perf_counter() - started
     n = len(gold)
-    return read_links(paths["forward"])[:n], read_links(paths["reverse"])[:n], seconds
+    forward, backward, symmetric = (
+        read_links(paths[k])[:n] for k in ("forward", "reverse", "gdfa")
+    )
+    return forward, backward, symmetric, seconds
 
 
 def guided_head(run: Path, model) -> HeadReading | None:
@@ -312,6 +322,11 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=os.environ.get("TRANSFORMER_MT_DATA"))
     parser.add_argument("--train-limit", type=int, default=1_000_000, help="eflomal's extra pairs")
     parser.add_argument(
+        "--eflomal-tokenize",
+        choices=EFLOMAL_TOKENIZE,
+        help="how eflomal's words are cut (data.eflomal_tokenize); default: the first run's",
+    )
+    parser.add_argument(
         "--by-length", action="store_true", help="AER by source sentence length as well"
     )
     parser.add_argument(
@@ -342,6 +357,9 @@ def main() -> None:
     reverse = {name: is_reverse(run, data.src_lang, data.tgt_lang) for name, run in runs}
     train = load_corpus(data)["train"]
     limit = min(args.train_limit, len(train))
+    how = args.eflomal_tokenize or data.eflomal_tokenize
+    tokenize = (data.src_lang, data.tgt_lang) if how == "moses" else None
+    cut = "words Moses-tokenized" if tokenize else "words as they are"
     train_src, train_tgt = train["src"][:limit], train["tgt"][:limit]
     sets = []
     for name in args.gold:
@@ -376,13 +394,14 @@ def main() -> None:
     dev_mats = {}  # per run: its head's dev matrices, (W_tgt, W_src) in the first run's direction
     for gold in sets:
         methods_of = {}
-        forward, backward, seconds = run_eflomal(gold, train_src, train_tgt, Path(data.cache_dir))
+        forward, backward, symmetric, seconds = run_eflomal(
+            gold, train_src, train_tgt, Path(data.cache_dir), tokenize
+        )
         print(
             f"\n{gold.name}: {len(gold)} pairs; eflomal given {limit:,} training pairs of "
-            f"data={data.name} as well ({seconds:.0f} s)"
+            f"data={data.name} as well, {cut} ({seconds:.0f} s)"
         )
         print(f"{'aligner':<52} AER     P      R")
-        symmetric = [symmetrize(f, b) for f, b in zip(forward, backward)]
         for label, links in (
             ("eflomal source->target", forward),
             ("eflomal target->source", backward),
@@ -458,10 +477,9 @@ def main() -> None:
             # the ceiling: eflomal's links (the teacher of a guided head) as rows, read back
             teacher = teacher_matrices(symmetric, gold)
             if ceiling is None:
-                dev_forward, dev_backward, _ = run_eflomal(
-                    dev, train_src, train_tgt, Path(data.cache_dir)
+                *_, dev_links, _ = run_eflomal(
+                    dev, train_src, train_tgt, Path(data.cache_dir), tokenize
                 )
-                dev_links = [symmetrize(f, b) for f, b in zip(dev_forward, dev_backward)]
                 ceiling = tuned_on_dev(teacher_matrices(dev_links, dev), dev)
             print(f"\nlinks read by each method, tau chosen on {dev.name} ({len(dev)} pairs):")
             found = method_rows("ceiling: eflomal gdfa as rows", teacher, gold, ceiling)

@@ -208,7 +208,15 @@ def test_the_english_spanish_recipe_is_the_spanish_english_one_turned_round(comp
     assert list(en_es.data.local_files.train) == list(es_en.data.local_files.train)[::-1]
     for key in ("model", "align", "optim", "trainer"):
         assert en_es[key] == es_en[key], key
-    same = ("holdout", "alignments", "eflomal_links", "vocab_size", "max_tokens", "local_dir")
+    same = (
+        "holdout",
+        "alignments",
+        "eflomal_links",
+        "eflomal_tokenize",
+        "vocab_size",
+        "max_tokens",
+    )
+    same += ("local_dir",)
     assert all(en_es.data[k] == es_en.data[k] for k in same)
     assert en_es.heatmaps.src == "the black cat sleeps at home"
 

@@ -205,6 +205,54 @@ def test_the_demo_corpus_links_reach_the_batches_in_pieces(tmp_path) -> None:
     assert torch.allclose(sums[sums > 0], torch.ones(batch.align_rows))
 
 
+def test_word_pieces_cut_each_word_alone_and_remember_its_owner() -> None:
+    from transformer_mt.align.eflomal import WordPieces
+
+    es = WordPieces("es")
+    assert es("¿Vives en casa?") == (["¿", "vives", "en", "casa", "?"], [0, 0, 1, 2, 2])
+    # Moses's rules for the language: a Spanish abbreviation stays whole, lowercased after
+    assert es("El Sr. Pérez") == (["el", "sr.", "pérez"], [0, 1, 2])
+    assert WordPieces("en")("Don't go.") == (["don", "'t", "go", "."], [0, 0, 1, 1])
+    # no tokenizer: the whitespace words, lowercased (how eflomal saw words before)
+    assert WordPieces(None)("Vivo  en casa.") == (["vivo", "en", "casa."], [0, 1, 2])
+    assert es("") == ([], [])
+
+
+def test_token_links_become_word_links() -> None:
+    from transformer_mt.align.eflomal import word_links
+
+    # "¿ vives en casa ?" (words 0 0 1 2 2) -> "do you live at home ." (words 0 1 2 3 4 4)
+    src = (["¿", "vives", "en", "casa", "?"], [0, 0, 1, 2, 2])
+    tgt = (["do", "you", "live", "at", "home", "."], [0, 1, 2, 3, 4, 4])
+    tokens = {(1, 1), (1, 2), (2, 3), (3, 4), (4, 5), (0, 5)}
+    # the union: a word pair is linked when any of their tokens are
+    assert word_links(tokens, src, tgt) == {(0, 1), (0, 2), (1, 3), (2, 4), (0, 4)}
+    # one per target word: "home ." keeps the links of "home", its longest linked token
+    assert word_links(tokens, src, tgt, one_per=1) == {(0, 1), (0, 2), (1, 3), (2, 4)}
+    # one per source word: "¿vives" keeps "vives" (both its links), "casa?" keeps "casa"
+    assert word_links(tokens, src, tgt, one_per=0) == {(0, 1), (0, 2), (1, 3), (2, 4)}
+    # a word whose only linked token is punctuation keeps that link
+    assert word_links({(4, 5)}, src, tgt, one_per=1) == {(2, 4)}
+    assert word_links(set(), src, tgt) == set()
+
+
+def test_eflomal_tokenize_must_be_known_and_old_runs_read_as_before(tmp_path) -> None:
+    from transformer_mt.checkpoint import run_data_config
+    from transformer_mt.config import DataConfig
+    from transformer_mt.errors import UserError
+
+    with pytest.raises(UserError, match=r"data.eflomal_tokenize must be one of moses, none"):
+        DataConfig(name="demo", source="demo", eflomal_tokenize="spacy", cache_dir="/tmp/x")
+    assert DataConfig(name="demo", source="demo", cache_dir="/tmp/x").eflomal_tokenize == "moses"
+    # a run trained before the option aligned the words as they were: it is read that way
+    (tmp_path / "config.yaml").write_text("data:\n  name: demo\n  source: demo\n")
+    assert run_data_config(tmp_path).eflomal_tokenize == "none"
+    (tmp_path / "config.yaml").write_text(
+        "data:\n  name: demo\n  source: demo\n  eflomal_tokenize: moses\n"
+    )
+    assert run_data_config(tmp_path).eflomal_tokenize == "moses"
+
+
 def _needs_eflomal():
     import importlib.util
 
@@ -257,6 +305,7 @@ def test_eflomal_aligns_the_training_split_once_and_the_links_are_cached(tmp_pat
     assert "aligning" not in caplog.text and again["train"]["alignment"] == lines  # cached
     teacher = next((tmp_path / "cache" / "alignments").glob("eflomal_gdfa_*.pharaoh"))
     assert f"guided alignment's teacher: {teacher}" in caplog.text  # which file, in the run's log
+    assert teacher.name.endswith("-moses.pharaoh")  # words cut by Moses: their own cache files
     # a copy of the files (new paths, new modification times) is the same text: still cached,
     # so the run keeps its teacher (eflomal would start from another random state)
     copy = tmp_path / "copy"
@@ -286,6 +335,23 @@ def test_eflomal_aligns_the_training_split_once_and_the_links_are_cached(tmp_pat
     # both directions agree on
     for sym, fwd, rev in zip(lines[:200], forward[:200], reverse[:200]):
         assert set(fwd.split()) & set(rev.split()) <= set(sym.split())
+    # the words as they are (data.eflomal_tokenize=none): aligned again, into other files
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        raw = load_corpus(replace(cfg, eflomal_tokenize="none"))["train"]["alignment"]
+    assert "aligning" in caplog.text and "-moses" not in caplog.text.split("teacher: ")[-1]
+    assert len(raw) == len(lines) and raw != lines
+
+    # Anki's sentences end in punctuation glued to the last word: cut off, it gets its own
+    # links, so the last words of both sides are linked to each other more often than when
+    # "casa." and "casa" are two words to eflomal
+    def last_words_linked(links):
+        return sum(
+            f"{len(s.split()) - 1}-{len(t.split()) - 1}" in line.split()
+            for line, s, t in zip(links, train["src"], train["tgt"])
+        )
+
+    assert last_words_linked(lines) > max(last_words_linked(raw), 0.95 * len(train))
 
 
 def test_the_eflomal_cache_key_is_the_text_not_the_files(tmp_path) -> None:

@@ -24,7 +24,9 @@ def run_data_config(run_dir: str | Path) -> DataConfig:
         raise FileNotFoundError(
             f"{run_dir} has no config.yaml; pass run_dir= a directory written by scripts/train.py"
         )
-    return DataConfig(**OmegaConf.to_container(OmegaConf.load(path).data, resolve=True))
+    data = OmegaConf.to_container(OmegaConf.load(path).data, resolve=True)
+    data.setdefault("eflomal_tokenize", "none")  # a run from before the option: words as they were
+    return DataConfig(**data)
 
 
 def resolve_checkpoint(path: str | Path) -> Path:

@@ -17,7 +17,7 @@ from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from transformer_mt.align.eflomal import EFLOMAL_LINKS
+from transformer_mt.align.eflomal import EFLOMAL_LINKS, EFLOMAL_TOKENIZE
 from transformer_mt.align.extract import Extraction
 from transformer_mt.align.reading import MODES, legacy_mode
 from transformer_mt.decoding.config import DecodeConfig
@@ -168,6 +168,10 @@ class DataConfig:
     # grow-diag-final-and), "forward" (source->target: every target word linked to at most one
     # source word, as one attention row puts its weight on one source word) or "reverse"
     eflomal_links: str = "gdfa"
+    # How data.alignments=eflomal cuts words for the aligner: "moses" (each whitespace word split
+    # by Moses's tokenizer for its language, "casa." -> "casa .", the links mapped back onto the
+    # words: a better teacher, docs/attention.md) or "none" (the words as they are, as before)
+    eflomal_tokenize: str = "moses"
     # Sentence pairs added to training after the holdout and the subset, never held out: the
     # text (not the links) of word-alignment gold sets, which an unsupervised aligner such as
     # eflomal is given too. Per name, a gold set as in align.gold (recipes: ${align.gold}).
@@ -227,6 +231,11 @@ class DataConfig:
             raise UserError(
                 f"data.eflomal_links must be one of {', '.join(EFLOMAL_LINKS)}, "
                 f"got {self.eflomal_links!r}"
+            )
+        if self.eflomal_tokenize not in EFLOMAL_TOKENIZE:
+            raise UserError(
+                f"data.eflomal_tokenize must be one of {', '.join(EFLOMAL_TOKENIZE)}, "
+                f"got {self.eflomal_tokenize!r}"
             )
         if self.pad_multiple < 1:
             raise UserError(

@@ -240,7 +240,10 @@ def _with_eflomal(train: Dataset, cfg: DataConfig) -> Dataset:
     give a run another teacher, and takes hours on a WMT-sized corpus.
     """
     paths = align_corpus(
-        lambda: (train["src"], train["tgt"]), Path(cfg.cache_dir) / "alignments", text_key(train)
+        lambda: (train["src"], train["tgt"]),
+        Path(cfg.cache_dir) / "alignments",
+        text_key(train),
+        tokenize=(cfg.src_lang, cfg.tgt_lang) if cfg.eflomal_tokenize == "moses" else None,
     )
     # named in the log: runs compared with each other must share this file (their teacher)
     log.info("guided alignment's teacher: %s", paths[cfg.eflomal_links])
