@@ -243,7 +243,7 @@ def test_eflomal_tokenize_must_be_known_and_old_runs_read_as_before(tmp_path) ->
 
     with pytest.raises(UserError, match=r"data.eflomal_tokenize must be one of moses, none"):
         DataConfig(name="demo", source="demo", eflomal_tokenize="spacy", cache_dir="/tmp/x")
-    assert DataConfig(name="demo", source="demo", cache_dir="/tmp/x").eflomal_tokenize == "moses"
+    assert DataConfig(name="demo", source="demo", cache_dir="/tmp/x").eflomal_tokenize == "none"
     # a run trained before the option aligned the words as they were: it is read that way
     (tmp_path / "config.yaml").write_text("data:\n  name: demo\n  source: demo\n")
     assert run_data_config(tmp_path).eflomal_tokenize == "none"
@@ -285,6 +285,7 @@ def test_eflomal_aligns_the_training_split_once_and_the_links_are_cached(tmp_pat
         files={"train": [str(tmp_path / "train.es"), str(tmp_path / "train.en")]},
         holdout={"valid": 50, "test": 50},
         alignments="eflomal",
+        eflomal_tokenize="moses",
         cache_dir=str(tmp_path / "cache"),
     )
     with caplog.at_level(logging.INFO):
