@@ -24,9 +24,7 @@ def run_data_config(run_dir: str | Path) -> DataConfig:
         raise FileNotFoundError(
             f"{run_dir} has no config.yaml; pass run_dir= a directory written by scripts/train.py"
         )
-    data = OmegaConf.to_container(OmegaConf.load(path).data, resolve=True)
-    data.setdefault("eflomal_tokenize", "none")  # a run from before the option: words as they are
-    return DataConfig(**data)
+    return DataConfig(**OmegaConf.to_container(OmegaConf.load(path).data, resolve=True))
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
