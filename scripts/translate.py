@@ -25,6 +25,7 @@ from transformer_mt.checkpoint import load_model
 from transformer_mt.cli import ArgumentParser, report_user_errors
 from transformer_mt.decoding import DecodeConfig, quantize_for_decoding, translate
 from transformer_mt.deploy.ct2 import CT2Translator, attention_links
+from transformer_mt.distributed import refuse_several_processes
 from transformer_mt.errors import UserError
 
 
@@ -124,6 +125,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.n_best > args.beam:
         parser.error(f"--n-best {args.n_best} cannot exceed --beam {args.beam}")
+    refuse_several_processes("scripts/translate.py")
 
     lines = read_lines(args.input)
     cfg = DecodeConfig(

@@ -134,3 +134,63 @@ def demo_run(tmp_path_factory) -> Path:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         run(compose("train", overrides=overrides))
     return tmp / "out"
+
+
+def _lines(path: Path) -> list[str]:
+    import gzip
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def _short_pairs(src: Path, tgt: Path, max_words: int = 30) -> list[tuple[str, str]]:
+    """The line pairs of two aligned files whose sides have at most ``max_words`` words."""
+    pairs = zip(_lines(src), _lines(tgt))
+    return [(s, t) for s, t in pairs if max(len(s.split()), len(t.split())) <= max_words]
+
+
+def write_hub_wmt14(folder: Path, sizes: dict[str, int]) -> Path:
+    """A small copy of the hub's ``wmt/wmt14`` as ``load_dataset`` reads it: configs ``de-en``
+    and ``fr-en`` of parquet shards whose rows are ``{"translation": {lang: text}}``, declared in
+    the README, from real newstest lines (../shared/data; sentences of at most 30 words).
+    ``sizes``: rows per split (train, validation, test)."""
+    sources = {
+        "de-en": (SHARED / "wmt13_newstest2013_deen", "newstest2013", ("de", "en")),
+        "fr-en": (SHARED / "wmt14_newstest2014_fren", "newstest2014-full", ("fr", "en")),
+    }
+    from datasets import Dataset
+
+    for config, (where, stem, langs) in sources.items():
+        pairs = _short_pairs(*(where / f"{stem}.{lang}" for lang in langs))
+        start = 0
+        for split, n in sizes.items():
+            rows = [dict(zip(langs, pair)) for pair in pairs[start : start + n]]
+            start += n
+            (folder / config).mkdir(parents=True, exist_ok=True)
+            Dataset.from_dict({"translation": rows}).to_parquet(
+                folder / config / f"{split}-00000-of-00001.parquet"
+            )
+    declared = "".join(
+        f"- config_name: {config}\n  data_files:\n"
+        + "".join(f"  - split: {s}\n    path: {config}/{s}-*\n" for s in sizes)
+        for config in sources
+    )
+    (folder / "README.md").write_text(f"---\nconfigs:\n{declared}---\n")
+    return folder
+
+
+def write_hub_multi30k(folder: Path, sizes: dict[str, int]) -> Path:
+    """A small copy of the hub's ``bentrevett/multi30k``: JSON lines per split, one column per
+    language (``{"en": ..., "de": ...}``), from the shared Multi30k files."""
+    import json
+
+    where = SHARED / "multi30k_task1"
+    files = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in sizes.items():
+        en, de = (_lines(where / f"{files[split]}.{lang}.gz")[:n] for lang in ("en", "de"))
+        with open(folder / f"{split}.jsonl", "w", encoding="utf-8") as f:
+            for pair in zip(en, de):
+                f.write(json.dumps({"en": pair[0], "de": pair[1]}, ensure_ascii=False) + "\n")
+    return folder

@@ -108,6 +108,60 @@ def test_wide_beam_finds_the_exhaustive_optimum(model: Transformer, alpha: float
         assert hyps[0].score == pytest.approx(best_score, abs=1e-4)
 
 
+def reference_beam_search(
+    model: Transformer, src: torch.Tensor, K: int, alpha: float, limit: int
+) -> list[tuple[list[int], float, float]]:
+    """The search written plainly, for one sentence, no cache, no batching: each step re-decodes
+    every beam's whole prefix, ranks all K x V continuations, keeps the best 2K, finishes the
+    EOS ones among the best K (at most K in all) and lets the best K others live on; it stops
+    once K have finished or at the length limit (where only EOS may follow).
+
+    Returns (tokens, log-probability, score) of the finished hypotheses, best first."""
+    with torch.no_grad():
+        memory, mask = model.encode(src[None])
+        beams, finished = [([], 0.0)], []
+        for step in range(limit + 1):
+            candidates = []
+            for tokens, logprob in beams:
+                logits = model.decode(torch.tensor([[BOS_ID] + tokens]), memory, mask)[0, -1]
+                for token, lp in enumerate(logits.log_softmax(-1).tolist()):
+                    if token in (PAD_ID, BOS_ID) or (token != EOS_ID and step >= limit):
+                        continue
+                    candidates.append((logprob + lp, tokens, token))
+            best = sorted(candidates, key=lambda c: -c[0])[: 2 * K]
+            for logprob, tokens, token in best[:K]:
+                if token == EOS_ID and len(finished) < K:
+                    score = logprob / length_penalty(len(tokens) + 1, alpha)
+                    finished.append((tokens, logprob, score))
+            if len(finished) >= K or step >= limit:
+                break
+            beams = [(tokens + [token], lp) for lp, tokens, token in best if token != EOS_ID][:K]
+    return sorted(finished, key=lambda h: -h[2])
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_a_pruning_beam_finds_what_a_plain_beam_search_finds(
+    tiny_cfg: TransformerConfig, alpha: float
+) -> None:
+    """Beam 4 over 9 emittable tokens (8 and EOS): 36 continuations a step, of which 8 are
+    kept, up to 6 tokens (9^6 outputs): the batched, cached search prunes as the plain one
+    does, hypothesis for hypothesis, score for score."""
+    torch.manual_seed(7)
+    model = Transformer(replace(tiny_cfg, vocab_size=12)).eval()
+    src = torch.tensor(
+        [[4, 5, 6, 7, EOS_ID], [8, 9, EOS_ID, PAD_ID, PAD_ID], [11, 10, 4, EOS_ID, PAD_ID]]
+    )
+    found = beam_search(model, src, beam_size=4, alpha=alpha, max_len_a=0.0, max_len_b=6, n_best=4)
+    lengths = set()
+    for row, hyps in zip(src, found):
+        expected = reference_beam_search(model, row[row != PAD_ID], 4, alpha, limit=6)
+        assert [h.tokens for h in hyps] == [tokens for tokens, _, _ in expected]
+        assert [h.logprob for h in hyps] == pytest.approx([lp for _, lp, _ in expected], abs=1e-4)
+        assert [h.score for h in hyps] == pytest.approx([s for _, _, s in expected], abs=1e-4)
+        lengths |= {len(h.tokens) for h in hyps}
+    assert len(lengths) > 1  # hypotheses that ended early, and ones that ran to the limit
+
+
 def test_hypotheses_are_scored_as_finished_never_extended(model: Transformer) -> None:
     found = beam_search(model, SRC, beam_size=4, alpha=0.6, max_len_b=5, n_best=4)
     for src, hyps in zip(SRC, found):
@@ -145,6 +199,18 @@ def test_cached_and_uncached_beam_search_agree(model: Transformer) -> None:
     a = beam_search(model, SRC, beam_size=3, n_best=2, max_len_b=5)
     b = beam_search(model, SRC, beam_size=3, n_best=2, max_len_b=5, use_cache=False)
     assert [[h.tokens for h in hs] for hs in a] == [[h.tokens for h in hs] for hs in b]
+
+
+def test_narrow_keys_decode_with_the_cache_as_without(tiny_cfg: TransformerConfig) -> None:
+    """Table 3 row B: d_k = 4 below d_v = d_model / h = 8. The cache keeps keys and values at
+    their own widths when beams are reordered and sentences leave the batch."""
+    torch.manual_seed(5)
+    model = Transformer(replace(tiny_cfg, vocab_size=7, d_k=4)).eval()
+    for search in (
+        lambda **kw: [[h.tokens for h in hs] for hs in beam_search(model, SRC, 3, n_best=2, **kw)],
+        lambda **kw: greedy_decode(model, SRC, **kw),
+    ):
+        assert search(max_len_b=5) == search(max_len_b=5, use_cache=False)
 
 
 def test_n_best_over_beam_is_a_clear_error(model: Transformer) -> None:

@@ -71,6 +71,37 @@ CASES = {
         {"TRANSFORMER_MT_DATA": None},
         r"TRANSFORMER_MT_DATA",
     ),
+    # the README's "to GPUs" line on a laptop: CUDA_VISIBLE_DEVICES="" hides any GPU there is
+    "train trainer=gpu on a machine without a GPU": (
+        "train.py",
+        lambda p: ["trainer=gpu", f"hydra.run.dir={p.tmp / 'gpu'}"],
+        {"CUDA_VISIBLE_DEVICES": ""},
+        r"trainer.accelerator=gpu \(trainer=gpu and trainer=ddp\): no GPU is usable here.*trainer=cpu",
+    ),
+    "train more devices than the machine has": (
+        "train.py",
+        lambda p: ["trainer=ddp_cpu", "trainer.devices=4096", f"hydra.run.dir={p.tmp / 'many'}"],
+        {},
+        r"trainer.devices=4096 asks for 4096 CPU cores, but this machine has \d+",
+    ),
+    "train trainer.num_nodes with no cluster environment": (
+        "train.py",
+        lambda p: ["trainer.num_nodes=2", f"hydra.run.dir={p.tmp / 'nodes'}"],
+        {k: None for k in ("SLURM_NTASKS", "SLURM_JOB_NAME", "MASTER_ADDR", "WORLD_SIZE")},
+        r"trainer.num_nodes=2, but no cluster environment is set.*sbatch scripts/slurm/train.sbatch",
+    ),
+    "evaluate launched as several processes": (
+        "evaluate.py",
+        lambda p: [f"run_dir={p.run}"],
+        {"WORLD_SIZE": "2"},
+        r"scripts/evaluate.py decodes on one device, but it was launched as 2 processes",
+    ),
+    "translate launched as several processes": (
+        "translate.py",
+        lambda p: [p.run],
+        {"SLURM_STEP_NUM_TASKS": "2"},
+        r"scripts/translate.py decodes on one device, but it was launched as 2 processes",
+    ),
     "evaluate a missing run": (
         "evaluate.py",
         lambda p: [f"run_dir={p.missing}", f"hydra.run.dir={p.tmp / 'eval'}"],

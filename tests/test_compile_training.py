@@ -90,7 +90,7 @@ def test_compiled_training_matches_eager_over_50_steps() -> None:
         torch.manual_seed(1)
         with torch._inductor.config.patch(fallback_random=True):
             for batch in batches:
-                loss, _, n_tokens = module._step(batch, train=True)
+                loss, _, n_tokens = module._step(batch)
                 optimizer.zero_grad()
                 (loss / n_tokens).backward()
                 optimizer.step()
@@ -136,7 +136,7 @@ def test_an_epoch_of_padded_demo_batches_compiles_a_bounded_number_of_graphs(
     module = _module(compile=True, vocab_size=300)
     with torch.no_grad():  # the forward graphs are what recompiles; each has one backward
         for batch in batches:
-            module._step(batch, train=True)
+            module._step(batch)
     # one graph per (source, target) width seen, the batch size symbolic: at most 10 an epoch
     assert module.compile_counter.graphs == len(widths) <= 10, widths
 
@@ -198,7 +198,7 @@ def test_compile_dynamic_builds_one_graph_for_every_width(traced_only) -> None:
     batches = [_batch([5, 9], 30, 9, 0), _batch([13, 4, 7], 30, 13, 1), _batch([21, 6], 30, 21, 2)]
     with torch.no_grad():
         for batch in batches:
-            compiled, _, _ = module._step(batch, train=True)
+            compiled, _, _ = module._step(batch)
             eager, _ = translation_loss(module.model, batch.src, batch.tgt_in, batch.tgt_out, 0.1)
             torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
     assert module.compile_counter.graphs == 1

@@ -118,14 +118,22 @@ def test_batches_are_deterministic_per_epoch_and_bucketed() -> None:
     assert sum(spread) / len(spread) < 1 and max(spread) < 8
 
 
-def test_ranks_get_distinct_batches_and_the_same_count() -> None:
+@pytest.mark.parametrize("shuffle", [True, False], ids=["train", "eval"])
+def test_ranks_split_the_epochs_batches_between_them(shuffle: bool) -> None:
+    """Each batch of the one-process plan goes to exactly one rank; the ranks are evened out
+    with repeats of the first batches, and only those: a rank that overlapped another, missed
+    a batch or took every batch would fail."""
     src, tgt = _lengths(999)
+    plan = list(TokenBatchSampler(src, tgt, 300, shuffle=shuffle, seed=3))
     ranks = [
-        list(TokenBatchSampler(src, tgt, 300, seed=3, num_replicas=3, rank=r)) for r in range(3)
+        list(TokenBatchSampler(src, tgt, 300, shuffle=shuffle, seed=3, num_replicas=3, rank=r))
+        for r in range(3)
     ]
-    assert len({len(r) for r in ranks}) == 1
-    every = [i for r in ranks for b in r for i in b]
-    assert set(every) == set(range(999))
+    repeats = -len(plan) % 3
+    assert repeats > 0  # the padding path is taken
+    assert [len(r) for r in ranks] == [(len(plan) + repeats) // 3] * 3
+    assert sorted(b for r in ranks for b in r) == sorted(plan + plan[:repeats])
+    assert sorted(i for b in plan for i in b) == list(range(999))
 
 
 def test_a_pair_over_the_budget_is_a_clear_error() -> None:

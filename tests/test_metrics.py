@@ -1,6 +1,8 @@
+import math
+
 import pytest
 
-from transformer_mt.metrics import corpus_bleu, corpus_chrf
+from transformer_mt.metrics import compound_split_bleu, corpus_bleu, corpus_chrf
 
 
 def test_identical_text_scores_100_with_signature() -> None:
@@ -27,3 +29,26 @@ def test_known_partial_score() -> None:
 def test_mismatched_lengths_are_a_clear_error() -> None:
     with pytest.raises(ValueError, match="2 hypotheses for 1 references"):
         corpus_bleu(["a", "b"], ["a"])
+
+
+def test_compound_split_bleu_by_hand() -> None:
+    """The paper's EN-DE BLEU (tensor2tensor's get_ende_bleu.sh): Moses tokens ("groß." ->
+    "groß ."), then "Auto-Haus" -> "Auto ##AT##-##AT## Haus", then BLEU on those tokens.
+
+    hyp: Das Auto ##AT##-##AT## Haus ist groß .       (7 tokens)
+    ref: Das Auto ##AT##-##AT## Haus ist sehr groß .  (8 tokens)
+    n-gram matches 7/7, 5/6 (not "ist groß"), 3/5, 2/4; BP = exp(1 - 8/7).
+    """
+    hyp, ref = ["Das Auto-Haus ist groß."], ["Das Auto-Haus ist sehr groß."]
+    paper = compound_split_bleu(hyp, ref, lang="de")
+    expected = 100 * math.exp(1 - 8 / 7) * (7 / 7 * 5 / 6 * 3 / 5 * 2 / 4) ** 0.25  # 61.30
+    assert paper.score == pytest.approx(expected, abs=1e-9)
+    assert paper.text.startswith("BLEU = 61.30 100.0/83.3/60.0/50.0")
+    assert "hyp_len = 7 ref_len = 8" in paper.text
+    assert paper.signature.startswith("moses-tok+compound-split|") and "tok:none" in paper.signature
+    # SacreBLEU's 13a keeps "Auto-Haus" one token: another figure, never to be confused
+    assert corpus_bleu(hyp, ref).score == pytest.approx(40.94, abs=0.01)
+    # a hyphen between any two non-spaces is split, numbers included: 2 ##AT##-##AT## 3
+    assert compound_split_bleu(["von 2-3 Uhr"], ["von 2-3 Uhr"]).text.endswith(
+        "hyp_len = 5 ref_len = 5)"
+    )

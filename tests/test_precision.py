@@ -14,9 +14,21 @@ from .test_resume import _compose, _series
 
 
 @pytest.mark.slow  # trains
-def test_training_validation_and_decoding_under_bf16_mixed(tmp_path) -> None:
+def test_training_validation_and_decoding_under_bf16_mixed(tmp_path, monkeypatch) -> None:
+    """trainer.precision=bf16-mixed reaches the step: the logits the loss sees are bf16 (a
+    precision silently ignored would leave them fp32), the loss is fp32, the weights stay fp32."""
+    from transformer_mt import loss as losses  # translation_loss looks it up there
     from transformer_mt.train import run
 
+    real, seen = losses.label_smoothed_nll, set()
+
+    def recording(logits, target, epsilon, *rest):
+        loss, nll = real(logits, target, epsilon, *rest)
+        if logits.requires_grad:  # a training step
+            seen.add((logits.dtype, loss.dtype))
+        return loss, nll
+
+    monkeypatch.setattr(losses, "label_smoothed_nll", recording)
     out = tmp_path / "run"
     metrics = run(
         _compose(
@@ -36,6 +48,7 @@ def test_training_validation_and_decoding_under_bf16_mixed(tmp_path) -> None:
     ckpt = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     weights = [t for t in ckpt["state_dict"].values() if t.is_floating_point()]
     assert all(t.dtype == torch.float32 for t in weights)  # mixed: the weights stay fp32
+    assert seen == {(torch.bfloat16, torch.float32)}  # every training step under autocast
 
 
 def test_decoding_under_cpu_autocast_stays_finite(tiny_cfg: TransformerConfig) -> None:

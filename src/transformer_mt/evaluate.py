@@ -16,6 +16,7 @@ from transformer_mt.config import DecodeConfig, check_keys
 from transformer_mt.data.sources import load_corpus
 from transformer_mt.decoding import quantize_for_decoding, translate
 from transformer_mt.deploy.ct2 import CT2Translator
+from transformer_mt.distributed import refuse_several_processes
 from transformer_mt.errors import UserError
 from transformer_mt.metrics import compound_split_bleu, corpus_bleu, corpus_chrf
 
@@ -29,6 +30,7 @@ def evaluate(cfg: DictConfig) -> dict:
         The scores also written to ``scores.json`` in ``cfg.output_dir``.
     """
     check_keys(cfg)
+    refuse_several_processes("scripts/evaluate.py")
     decode: DecodeConfig = OmegaConf.to_object(cfg.decode)
     if cfg.length_penalties is not None:
         _check_length_penalties(cfg.length_penalties, decode)

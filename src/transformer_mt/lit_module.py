@@ -24,9 +24,11 @@ from transformer_mt.data.batching import Batch
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.decoding import decode_batch
 from transformer_mt.decoding.compiled import CountingInductor
+from transformer_mt.distributed import gather_rows
 from transformer_mt.loss import alignment_loss, guided_translation_loss, translation_loss
 from transformer_mt.metrics import corpus_bleu
 from transformer_mt.model import Transformer
+from transformer_mt.model.vocab import PAD_ID
 from transformer_mt.optim import build_optimizer
 from transformer_mt.step_monitor import StepReporter
 
@@ -96,7 +98,8 @@ class TranslationModule(L.LightningModule):
         self.compiled_loss = self.compiled_guided_loss = None
         self.compile_counter: CountingInductor | None = None
         self._outputs: dict[str, dict[int, list[int]]] = {}  # split -> row -> hypothesis ids
-        self._nll: dict[str, list] = {}  # split -> [summed NLL, target tokens]
+        # split -> row -> (label-smoothed loss, NLL, target tokens), each summed over the row
+        self._sums: dict[str, dict[int, tuple[float, float, int]]] = {}
 
     @classmethod
     def from_configs(
@@ -130,9 +133,10 @@ class TranslationModule(L.LightningModule):
         with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
             return fn(batch.src, batch.tgt_in, batch.tgt_out, *args)
 
-    def _step(self, batch: Batch, train: bool = False) -> tuple[Tensor, Tensor, int]:
+    def _step(self, batch: Batch) -> tuple[Tensor, Tensor, int]:
+        """The training step's summed loss and NLL, and its real target tokens."""
         eps = self.model_cfg.label_smoothing
-        if train and self.compiled_loss is not None:
+        if self.compiled_loss is not None:
             loss, nll = self._run_compiled(
                 functools.partial(self.compiled_loss, self.model), batch, eps
             )
@@ -176,7 +180,7 @@ class TranslationModule(L.LightningModule):
             # accumulated on the device, read once at the epoch's end (no host read per step)
             self.log("train/align_kl", align.detach(), on_step=False, on_epoch=True, batch_size=1)
         else:
-            loss, nll, n_tokens = self._step(batch, train=True)
+            loss, nll, n_tokens = self._step(batch)
             mean = loss / n_tokens  # per-token mean, as above
         return self.steps.record(self, mean, nll, n_tokens, batch, batch_idx)
 
@@ -186,16 +190,19 @@ class TranslationModule(L.LightningModule):
         return [] if attached else [self.steps]
 
     def _eval_step(self, batch: Batch, split: str) -> None:
-        loss, nll, n_tokens = self._step(batch)
-        self.log(
-            f"{split}/loss",
-            loss / n_tokens,
-            batch_size=n_tokens,
-            on_epoch=True,
-            prog_bar=split == "val",
+        loss, nll = translation_loss(
+            self.model,
+            batch.src,
+            batch.tgt_in,
+            batch.tgt_out,
+            self.model_cfg.label_smoothing,
+            per_sentence=True,
         )
-        self._nll[split][0] += float(nll)
-        self._nll[split][1] += n_tokens
+        tokens = (batch.tgt_out != PAD_ID).sum(dim=1)
+        # per row, so that a row that two ranks hold (a padded repeat) is counted once
+        self._sums[split].update(
+            zip(batch.index.tolist(), zip(loss.tolist(), nll.tolist(), tokens.tolist()))
+        )
         rows = torch.arange(batch.index.numel(), device=batch.index.device)
         if split == "val":  # validation BLEU on a fixed sample: the first valid_max_sentences rows
             rows = (batch.index < self.valid_max_sentences).nonzero().squeeze(1)
@@ -204,7 +211,7 @@ class TranslationModule(L.LightningModule):
             self._outputs[split].update(zip(batch.index[rows].tolist(), hyps))
 
     def _start_eval(self, split: str) -> None:
-        self._outputs[split], self._nll[split] = {}, [0.0, 0]
+        self._outputs[split], self._sums[split] = {}, {}
 
     def on_validation_epoch_start(self) -> None:
         self._start_eval("val")
@@ -219,49 +226,69 @@ class TranslationModule(L.LightningModule):
         self._eval_step(batch, "test")
 
     def detokenized(self, split: str) -> tuple[list[int], list[str]]:
-        """Row numbers and detokenized hypotheses of the last validation/test pass, in row order."""
+        """Row numbers and detokenized hypotheses of the last validation/test pass, in row
+        order: every rank's rows (``_end_eval`` gathers them)."""
         outputs = self._outputs.get(split, {})
         rows = sorted(outputs)
         if self.tokenizer is None:
             raise RuntimeError("detokenizing needs the module's tokenizer_path")
         return rows, self.tokenizer.decode([outputs[r] for r in rows])
 
-    def _log_bleu(self, split: str, data_split: str) -> None:
-        references = self.references.get(data_split)
-        rows, hyps = self.detokenized(split) if references is not None else ([], [])
-        if not rows:
+    def _log_everywhere(self, name: str, value: float, prog_bar: bool = False) -> None:
+        """Log a figure of the whole split, which every rank computed alike from the gathered
+        rows: synced with max, which keeps it as it is (a mean of N equal floats may not)."""
+        self.log(name, value, prog_bar=prog_bar, sync_dist=True, reduce_fx="max")
+
+    def _end_eval(self, split: str, data_split: str) -> None:
+        """Gather every rank's rows, then log the split's loss, perplexity and BLEU.
+
+        The loss and perplexity are sums over the split's target tokens (not means of
+        per-batch or per-rank means); BLEU is SacreBLEU's corpus score of all the hypotheses.
+        """
+        sums = gather_rows(self._sums[split])
+        self._outputs[split] = gather_rows(self._outputs[split])
+        if not sums:
             return
-        bleu = corpus_bleu(hyps, [references[r] for r in rows])
-        nll, n_tokens = self._nll[split]
-        self.log(f"{split}/bleu", bleu.score, prog_bar=True, sync_dist=True)
-        self.log(
-            f"{split}/ppl",
-            math.exp(min(nll / max(n_tokens, 1), 50.0)),
-            prog_bar=True,
-            sync_dist=True,
-        )
+        loss, nll, tokens = (sum(column) for column in zip(*sums.values()))
+        tokens = max(tokens, 1)
+        self._log_everywhere(f"{split}/loss", loss / tokens, prog_bar=split == "val")
+        self._log_everywhere(f"{split}/ppl", math.exp(min(nll / tokens, 50.0)), prog_bar=True)
+        references = self.references.get(data_split)
+        if references is not None and self._outputs[split]:
+            rows, hyps = self.detokenized(split)
+            bleu = corpus_bleu(hyps, [references[r] for r in rows])
+            self._log_everywhere(f"{split}/bleu", bleu.score, prog_bar=True)
 
     def on_validation_epoch_end(self) -> None:
-        self._log_bleu("val", "valid")
+        self._end_eval("val", "valid")
         self._log_aer()
         self.validated_at_step = self.global_step
 
     def _log_aer(self) -> None:
-        """AER on each gold set: the guided head's, and the best layer's (heads averaged)."""
+        """AER on each gold set: the guided head's, and the best layer's (heads averaged).
+
+        Computed once, on rank 0 (every rank holds the same weights), and sent to the others,
+        which log the same figures."""
         if not self.gold_sets or self.tokenizer is None or self.trainer.sanity_checking:
             return
-        for gold in self.gold_sets:
-            scores = gold_aer(self.model, self.tokenizer, gold, self.reading, self.extraction)
-            if "head" in scores:
-                self.log(f"val/aer_{gold.name}", scores["head"], prog_bar=True)
-            self.log(f"val/aer_{gold.name}_best_layer", scores["best_layer_aer"])
-            self.log(f"val/aer_{gold.name}_which_layer", scores["best_layer"])
-            for bucket, aer in scores["by_length"].items():  # 1-10 -> len1_10, >30 -> lenover30
+        scores = None
+        if self.trainer.is_global_zero:
+            scores = [
+                gold_aer(self.model, self.tokenizer, gold, self.reading, self.extraction)
+                for gold in self.gold_sets
+            ]
+        scores = self.trainer.strategy.broadcast(scores, src=0)
+        for gold, found in zip(self.gold_sets, scores):
+            if "head" in found:
+                self._log_everywhere(f"val/aer_{gold.name}", found["head"], prog_bar=True)
+            self._log_everywhere(f"val/aer_{gold.name}_best_layer", found["best_layer_aer"])
+            self._log_everywhere(f"val/aer_{gold.name}_which_layer", found["best_layer"])
+            for bucket, aer in found["by_length"].items():  # 1-10 -> len1_10, >30 -> lenover30
                 key = bucket.replace(">", "over").replace("-", "_")
-                self.log(f"val/aer_{gold.name}_len{key}", aer)
+                self._log_everywhere(f"val/aer_{gold.name}_len{key}", aer)
 
     def on_test_epoch_end(self) -> None:
-        self._log_bleu("test", "test")
+        self._end_eval("test", "test")
 
     def configure_optimizers(self) -> dict:
         fused = self.optim_cfg.fused

@@ -13,7 +13,9 @@ from transformer_mt.model import Transformer
 from transformer_mt.model.vocab import PAD_ID
 
 
-def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+def label_smoothed_nll(
+    logits: Tensor, target: Tensor, epsilon: float, per_sentence: bool = False
+) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed loss and summed NLL over non-pad targets.
 
     The smoothed target puts 1 - ε on the reference and spreads ε uniformly over the
@@ -23,22 +25,31 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[
         logits: (B, T, V); target: (B, T).
 
     Returns:
-        (loss, nll), both scalars summed over the real target tokens.
+        (loss, nll), both scalars summed over the real target tokens; ``per_sentence``: both
+        (B,), each sentence's sums (validation sums them over the rows of a whole split).
     """
     lprobs = logits.float().log_softmax(dim=-1)  # (B, T, V)
     real = target != PAD_ID  # (B, T)
     # Masked sums, not boolean indexing: no data-dependent shape (torch.compile keeps one graph)
     nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1) * real  # (B, T)
     smooth = -lprobs.mean(dim=-1) * real  # (B, T): cross-entropy with the uniform distribution
-    return ((1.0 - epsilon) * nll + epsilon * smooth).sum(), nll.sum()
+    loss = (1.0 - epsilon) * nll + epsilon * smooth
+    if per_sentence:
+        return loss.sum(dim=1), nll.sum(dim=1)
+    return loss.sum(), nll.sum()
 
 
 def translation_loss(
-    model: Transformer, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float
+    model: Transformer,
+    src: Tensor,
+    tgt_in: Tensor,
+    tgt_out: Tensor,
+    epsilon: float,
+    per_sentence: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """``label_smoothed_nll`` of the model's teacher-forced logits: the training step's forward
     pass in one function, which ``trainer.compile=true`` compiles as one graph."""
-    return label_smoothed_nll(model(src, tgt_in), tgt_out, epsilon)
+    return label_smoothed_nll(model(src, tgt_in), tgt_out, epsilon, per_sentence)
 
 
 def guided_translation_loss(

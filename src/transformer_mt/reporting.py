@@ -1,6 +1,7 @@
 """What a run reports at its end: the final validation figures, test BLEU, AER, and pictures.
 
-``train.run`` calls these after fitting; the heatmaps and curves are written on rank 0 only.
+``train.run`` calls these after fitting, on every rank: the figures are the whole split's (the
+module gathers the ranks' rows), and only rank 0 prints and writes files.
 """
 
 from __future__ import annotations
@@ -68,12 +69,17 @@ def aer_report(
 
 
 def test_report(module: TranslationModule, datamodule: TranslationDataModule, out: Path) -> dict:
-    """Score the test hypotheses, write them, and print SacreBLEU with its signature."""
+    """Score the test hypotheses of every rank, write them, and print SacreBLEU with its
+    signature (rank 0 writes and prints)."""
     rows, hyps = module.detokenized("test")
+    size = len(datamodule.text["test"])
+    if len(rows) != size:  # trainer.fast_dev_run stops the pass early
+        log.warning("test: %d of the split's %d sentences were decoded and scored", len(rows), size)
     refs = list(datamodule.text["test"].select(rows)["tgt"])
-    (out / "test.hyp.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     bleu, chrf = corpus_bleu(hyps, refs), corpus_chrf(hyps, refs)
-    print(f"\ntest: {bleu.text}\n      signature: {bleu.signature}\n      {chrf.text}")
+    if module.trainer.is_global_zero:
+        (out / "test.hyp.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+        print(f"\ntest: {bleu.text}\n      signature: {bleu.signature}\n      {chrf.text}")
     return {
         "test_bleu": round(bleu.score, 2),
         "test_bleu_signature": bleu.signature,

@@ -20,6 +20,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_mt.align.gold import GoldSet, load_gold_set
@@ -38,6 +39,7 @@ from transformer_mt.config import (
 )
 from transformer_mt.data.batching import Batch
 from transformer_mt.datamodule import TranslationDataModule
+from transformer_mt.distributed import check_devices
 from transformer_mt.errors import UserError
 from transformer_mt.lit_module import TranslationModule
 from transformer_mt.reporting import (
@@ -61,6 +63,7 @@ def run(cfg: DictConfig) -> dict:
     """
     started = time.perf_counter()
     check_keys(cfg)
+    check_devices(cfg.trainer.accelerator, cfg.trainer.devices, cfg.trainer.num_nodes)
     out, resume_from = prepare_run_dir(cfg)
     L.seed_everything(cfg.seed, workers=True)
     datamodule = build_data(cfg, out)
@@ -189,7 +192,7 @@ def gold_sets(cfg: DictConfig, tokenizer) -> list[GoldSet]:
 def build_trainer(cfg: DictConfig, out: Path) -> L.Trainer:
     """``lightning.Trainer`` with our loggers, exact-resume and checkpoint callbacks."""
     trainer_cfg: TrainerConfig = OmegaConf.to_object(cfg.trainer)
-    return L.Trainer(
+    arguments = dict(
         **lightning_arguments(trainer_cfg),
         default_root_dir=out,
         logger=build_loggers(trainer_cfg.loggers, out),
@@ -205,6 +208,10 @@ def build_trainer(cfg: DictConfig, out: Path) -> L.Trainer:
         # length (which its resume bookkeeping trusts) when it loads the data: load every epoch
         reload_dataloaders_every_n_epochs=int(cfg.data.concat.until_step is not None),
     )
+    try:
+        return L.Trainer(**arguments)
+    except MisconfigurationException as err:  # what check_devices does not foresee: one line too
+        raise UserError(f"trainer: {err}") from err
 
 
 def fit(

@@ -90,11 +90,16 @@ class LayerCache:
             return LayerCache(
                 self.k.index_select(0, index), self.v.index_select(0, index), self.length
             )
-        shape = (index.numel(), *self.k.shape[1:])
-        if self.spare is not None and self.spare[0].shape == shape:
+        # keys and values may differ in width (Table 3 row B: d_k below d_model / h = d_v)
+        k_shape = (index.numel(), *self.k.shape[1:])
+        v_shape = (index.numel(), *self.v.shape[1:])
+        if self.spare is not None and (self.spare[0].shape, self.spare[1].shape) == (
+            k_shape,
+            v_shape,
+        ):
             k, v = self.spare
         else:
-            k, v = self.k.new_empty(shape), self.v.new_empty(shape)
+            k, v = self.k.new_empty(k_shape), self.v.new_empty(v_shape)
         n = self.length  # only the filled positions: a buffer sized for the longest output is
         # mostly empty early in a search, and the copy is memory-bound
         torch.index_select(self.k[:, :, :n], 0, index, out=k[:, :, :n])

@@ -1,0 +1,232 @@
+"""Every recipe in conf/experiment/ trains, validates, tests and reports, not only composes; and
+the paper's base recipe on two processes scores its checkpoint exactly as one process does.
+
+The recipes run as written, with three changes a CPU test needs: every width divided by 16 (the
+depth, heads, dropout, smoothing and positions as the recipe says), the CPU trainer, and small
+local data shaped as the hub gives it (or, for the local-file recipes, a sample of their files).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+from .conftest import CONF, ROOT, SHARED, _lines, write_hub_multi30k, write_hub_wmt14
+
+pytestmark = pytest.mark.slow  # training runs and subprocesses
+
+RECIPES = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+SIZES = {"train": 160, "validation": 8, "test": 8}  # rows of the small copies
+# the distributed test's copy: 5 test and 3 validation batches at data.max_tokens=600
+DDP_SIZES = {"train": 160, "validation": 20, "test": 30}
+SHRINK = 16  # every width of the recipe's model, divided by this
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory) -> dict[str, list[str]]:
+    """Per data preset, the overrides that point it at a small local copy."""
+    tmp = tmp_path_factory.mktemp("recipe_data")
+    wmt14 = write_hub_wmt14(tmp / "wmt14", SIZES)
+    multi30k = write_hub_multi30k(tmp / "multi30k", SIZES)
+    anki = tmp / "anki"  # every 200th pair of the Anki files: short and long sentences
+    anki.mkdir()
+    for lang in ("es", "en"):
+        lines = _lines(SHARED / "anki_spa_eng" / f"spa-eng.{lang}.gz")[::200]
+        with gzip.open(anki / f"spa-eng.{lang}.gz", "wt", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in lines))
+    return {
+        "wmt14_en_de": [f"data.hf_path={wmt14}"],
+        "wmt14_en_fr": [f"data.hf_path={wmt14}"],
+        "multi30k_en_de": [f"data.hf_path={multi30k}"],
+        "anki_es_en": [f"data.local_dir={anki}", "data.holdout={valid:8,test:8}"],
+    }
+
+
+def recipe(name: str, out: Path, cache: Path, corpora: dict, *overrides: str) -> DictConfig:
+    """``experiment=name`` composed as ``scripts/train.py`` would, made small for the CPU."""
+    common = [
+        f"experiment={name}",
+        "trainer=cpu",
+        f"output_dir={out}",
+        f"data.cache_dir={cache}",
+        "data.vocab_size=300",
+        "trainer.max_steps=2",
+        "trainer.max_time=null",
+        "trainer.enable_progress_bar=false",
+        "trainer.loggers=[]",  # the curves are drawn and tested elsewhere
+        "heatmaps.valid_sentences=0",  # the recipe's example sentence is still drawn
+        *overrides,
+    ]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=common)
+        cfg = compose("train", overrides=common + corpora[cfg.data.name])
+    model = cfg.model
+    model.d_model //= SHRINK
+    model.d_ff //= SHRINK
+    if model.d_k is not None:
+        model.d_k = max(1, model.d_k // SHRINK)
+    return cfg
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_every_recipe_trains_tests_and_reports(
+    name: str, corpora, tmp_path_factory, tmp_path
+) -> None:
+    from transformer_mt.train import run
+
+    cache = tmp_path_factory.getbasetemp() / "recipe_cache"  # one tokenized corpus per data set
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        written = compose("train", overrides=[f"experiment={name}", "data.cache_dir=unused"]).model
+    cfg = recipe(name, tmp_path / "run", cache, corpora)
+    metrics = run(cfg)
+
+    assert metrics["steps"] == 2 and metrics["test_sentences"] == SIZES["test"]
+    assert metrics["val_ppl"] > 1 and 0 <= metrics["test_bleu"] <= 100
+    trained = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)
+    model = trained["hyper_parameters"]["model"]
+    # the row's own model, smaller: what makes a Table 3 row that row is what was trained
+    for key in ("name", "n_layers", "n_heads", "dropout", "label_smoothing", "positional"):
+        assert model[key] == written[key], key
+    assert (model["d_model"], model["d_ff"]) == (
+        written.d_model // SHRINK,
+        written.d_ff // SHRINK,
+    )
+    if cfg.align.gold:  # the alignment recipes score their heads on their gold sets
+        assert set(metrics["aer"]) == set(cfg.align.gold)
+        assert all(0 <= s["guided_head"] <= 1 for s in metrics["aer"].values())
+
+
+def _script(name: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=500,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def _losses(run_dir: Path) -> dict[int, float]:
+    """train/loss by optimizer step (1-based) from the run's CSV logs (all sessions)."""
+    from transformer_mt.viz.curves import read_metrics
+
+    return {step + 1: loss for step, loss in read_metrics(run_dir)["train/loss"]}
+
+
+def test_paper_base_on_two_processes_scores_as_one_process_resumes_and_evaluates(
+    tmp_path,
+) -> None:
+    """experiment=paper_base_en_de on trainer=ddp_cpu, as a user types it, end to end:
+    checkpoints every 2 steps; the test split and the validation sample scored over both
+    ranks' rows; the same last checkpoint scored again on one process gives the same files and
+    figures; evaluate.py averages the last 2 checkpoints with beam 4, α 0.6 and the paper's
+    compound-split BLEU; and the run resumed on two processes goes on with the losses of the
+    same run left alone, its RNG states gathered from both ranks."""
+    from transformer_mt.config import checkpoint_step
+    from transformer_mt.data.batching import TokenBatchSampler, TokenRows
+    from transformer_mt.datamodule import TranslationDataModule
+    from transformer_mt.train import run
+    from transformer_mt.viz.curves import read_metrics
+
+    wmt14 = write_hub_wmt14(tmp_path / "wmt14", DDP_SIZES)
+    cache, ddp = tmp_path / "cache", tmp_path / "ddp"
+    small = [
+        f"data.hf_path={wmt14}",
+        f"data.cache_dir={cache}",
+        "data.vocab_size=300",
+        "data.max_tokens=600",  # 5 test and 3 validation batches: shards, and a padded repeat
+        "data.valid_max_sentences=12",  # validation BLEU on the first 12 of 20 rows
+        "model.d_model=32",
+        "model.d_ff=128",
+        "optim.tokens_per_step=1200",
+        "trainer.log_every_n_steps=1",
+        "trainer.enable_progress_bar=false",
+        "trainer.deterministic=true",
+        "trainer.loggers=[csv]",
+        "checkpoint.every_minutes=null",
+        "checkpoint.every_steps=2",
+        "checkpoint.average_last=2",
+        "heatmaps.valid_sentences=0",
+    ]
+    # One thread per process on both sides (Lightning gives each DDP process cpu_count / 2):
+    # then only the sharding differs, not the float rounding of a multi-threaded matmul.
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    recipe_args = ["experiment=paper_base_en_de", "trainer=ddp_cpu", *small]
+    trained = _script(
+        "train.py", *recipe_args, "trainer.max_steps=4", f"hydra.run.dir={ddp}", env=env
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert "2 device(s) x 600 tokens x 1 accumulated" in trained.stderr + trained.stdout
+    two = json.loads((ddp / "metrics.json").read_text())
+    assert two["world_size"] == 2 and two["steps"] == 4
+    assert two["test_sentences"] == DDP_SIZES["test"]  # the whole split, not rank 0's shard
+    steps = sorted(checkpoint_step(p) for p in (ddp / "checkpoints").glob("*step=*.ckpt"))
+    assert steps == [2, 4]
+    last = torch.load(ddp / "checkpoints" / "last.ckpt", weights_only=True)
+    assert set(last["rng_states"]) == {0, 1}  # each rank's dropout generator, gathered
+    assert not torch.equal(last["rng_states"][0]["torch"], last["rng_states"][1]["torch"])
+
+    # both splits really were sharded: an odd number of batches, so that one rank also held a
+    # padded repeat of another's batch, which must count once
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=paper_base_en_de", *small])
+    data = TranslationDataModule(OmegaConf.to_object(cfg.data))
+    data.setup()
+    for split in ("valid", "test"):
+        batches = len(TokenBatchSampler(*TokenRows(data.splits[split]).lengths(), 600, False))
+        assert batches >= 3 and batches % 2 == 1, (split, batches)
+
+    # the same checkpoint on one process: a copy resumed at its last step, nothing to train
+    one = tmp_path / "one"
+    shutil.copytree(ddp, one, ignore=shutil.ignore_patterns("metrics.json", "test.hyp.txt"))
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from train import resumed_config
+    finally:
+        sys.path.pop(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        single = run(resumed_config(str(one), ["trainer.devices=1", "trainer.strategy=auto"]))
+    finally:
+        torch.set_num_threads(threads)
+    assert single["world_size"] == 1
+    assert (one / "test.hyp.txt").read_text() == (ddp / "test.hyp.txt").read_text()
+    for key in ("test_bleu", "test_chrf", "test_ppl", "test_sentences", "val_bleu", "val_ppl"):
+        assert single[key] == two[key], key
+    # the curves carry the whole split's figure too: the DDP run's last validation BLEU
+    assert read_metrics(ddp)["val/bleu"][-1][1] == pytest.approx(two["val_bleu"], abs=0.01)
+
+    # evaluate.py, as the recipe's comment says: the last 2 averaged, beam 4, α 0.6
+    scored = _script("evaluate.py", f"run_dir={ddp}", env=env)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    assert (
+        f"test of wmt14_en_de (en->de), {DDP_SIZES['test']} sentences, beam 4, α 0.6, "
+        "2 checkpoint(s)" in scored.stdout
+    )
+    assert "paper-comparable (Moses-tokenized, compound-split) BLEU" in scored.stdout
+    scores = json.loads((ddp / "eval" / "test_beam4_avg2" / "scores.json").read_text())
+    assert [checkpoint_step(p) for p in scores["checkpoints"]] == [2, 4]
+    assert "bleu_tokenized_compound_split" in scores
+
+    # resumed on two processes to step 6: the losses of the same 6 steps run straight
+    resumed = _script("train.py", f"resume={ddp}", "trainer.max_steps=6", env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    straight = tmp_path / "straight"
+    alone = _script(
+        "train.py", *recipe_args, "trainer.max_steps=6", f"hydra.run.dir={straight}", env=env
+    )
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    expected, got = _losses(straight), _losses(ddp)
+    assert sorted(expected) == list(range(1, 7)) and got == expected
