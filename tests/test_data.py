@@ -136,6 +136,40 @@ def test_ranks_split_the_epochs_batches_between_them(shuffle: bool) -> None:
     assert sorted(i for b in plan for i in b) == list(range(999))
 
 
+def _resumed_pair(skip: int) -> tuple[TokenBatchSampler, TokenBatchSampler]:
+    src, tgt = _lengths(400)
+    straight, resumed = (
+        TokenBatchSampler(src, tgt, 300, seed=2, num_replicas=2, rank=1) for _ in range(2)
+    )
+    resumed.resume_at(0, skip)
+    return straight, resumed
+
+
+def test_a_resumed_epoch_skips_its_trained_batches_in_every_pass_until_the_next() -> None:
+    """A DataLoader with workers calls iter() on its batch sampler twice as it builds its
+    iterator, and keeps the second: the skip must hold for both."""
+    straight, resumed = _resumed_pair(skip=3)
+    full = list(straight)
+    assert list(resumed) == list(resumed) == full[3:]
+    resumed.set_epoch(1)
+    straight.set_epoch(1)
+    assert list(resumed) == list(straight)  # the next epoch whole
+
+
+@pytest.mark.slow  # worker processes
+def test_a_resumed_epoch_through_a_dataloader_with_workers() -> None:
+    """The data presets of the paper (num_workers: 2) resume where they stopped."""
+    straight, resumed = _resumed_pair(skip=3)
+    loader = torch.utils.data.DataLoader(
+        list(range(400)),
+        batch_sampler=resumed,
+        num_workers=2,
+        persistent_workers=True,
+        collate_fn=list,
+    )
+    assert list(loader) == list(straight)[3:]
+
+
 def test_a_pair_over_the_budget_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="do not fit in data.max_tokens=20"):
         TokenBatchSampler([5, 30], [5, 5], max_tokens=20)

@@ -1,9 +1,10 @@
 """Every recipe in conf/experiment/ trains, validates, tests and reports, not only composes; and
 the paper's base recipe on two processes scores its checkpoint exactly as one process does.
 
-The recipes run as written, with three changes a CPU test needs: every width divided by 16 (the
-depth, heads, dropout, smoothing and positions as the recipe says), the CPU trainer, and small
-local data shaped as the hub gives it (or, for the local-file recipes, a sample of their files).
+The recipes run as written, with the changes a CPU test needs: every width and the tokens per
+step divided by 16 (the depth, heads, dropout, smoothing and positions as the recipe says), the
+CPU trainer, two steps, and small local data shaped as the hub gives it (or, for the local-file
+recipes, a sample of their files).
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def recipe(name: str, out: Path, cache: Path, corpora: dict, *overrides: str) ->
     model.d_ff //= SHRINK
     if model.d_k is not None:
         model.d_k = max(1, model.d_k // SHRINK)
+    if cfg.optim.tokens_per_step is not None:  # the paper's 25k: one micro-batch a step here
+        cfg.optim.tokens_per_step //= SHRINK
     return cfg
 
 

@@ -310,14 +310,19 @@ class TokenBatchSampler(Sampler[list[int]]):
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+        if self._resume is not None and self._resume[0] != epoch:
+            self._resume = None  # the resumed epoch is over
 
     def resume_at(self, epoch: int, batches_done: int) -> None:
-        """Make the next pass over ``epoch`` start after its first ``batches_done`` batches.
+        """Make the passes over ``epoch`` start after its first ``batches_done`` batches, until
+        the sampler is set to another epoch.
 
         A run resumed from a checkpoint written mid-epoch then sees exactly the batches it
         would have seen without the interruption (the order is a function of seed and epoch).
         The sampler is also set to ``epoch``: Lightning creates a resumed run's first iterator
-        before it sets the epoch.
+        before it sets the epoch. Every pass skips, not only the first: a ``DataLoader`` with
+        workers calls ``iter`` on its batch sampler twice when it builds its iterator, and
+        keeps the second.
         """
         self.epoch = epoch
         self._resume = (epoch, batches_done)
@@ -386,7 +391,6 @@ class TokenBatchSampler(Sampler[list[int]]):
         mine = batches[self.rank :: self.num_replicas]
         if self._resume is not None and self._resume[0] == self.epoch:
             mine = mine[self._resume[1] :]
-            self._resume = None
         return iter(mine)
 
     def __len__(self) -> int:
