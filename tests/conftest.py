@@ -150,10 +150,10 @@ def _short_pairs(src: Path, tgt: Path, max_words: int = 30) -> list[tuple[str, s
     return [(s, t) for s, t in pairs if max(len(s.split()), len(t.split())) <= max_words]
 
 
-def write_hub_wmt14(folder: Path, sizes: dict[str, int]) -> Path:
+def write_hub_wmt14(folder: Path, sizes: dict[str, int], max_words: int = 30) -> Path:
     """A small copy of the hub's ``wmt/wmt14`` as ``load_dataset`` reads it: configs ``de-en``
     and ``fr-en`` of parquet shards whose rows are ``{"translation": {lang: text}}``, declared in
-    the README, from real newstest lines (../shared/data; sentences of at most 30 words).
+    the README, from real newstest lines (../shared/data) of at most ``max_words`` words.
     ``sizes``: rows per split (train, validation, test)."""
     sources = {
         "de-en": (SHARED / "wmt13_newstest2013_deen", "newstest2013", ("de", "en")),
@@ -162,7 +162,7 @@ def write_hub_wmt14(folder: Path, sizes: dict[str, int]) -> Path:
     from datasets import Dataset
 
     for config, (where, stem, langs) in sources.items():
-        pairs = _short_pairs(*(where / f"{stem}.{lang}" for lang in langs))
+        pairs = _short_pairs(*(where / f"{stem}.{lang}" for lang in langs), max_words)
         start = 0
         for split, n in sizes.items():
             rows = [dict(zip(langs, pair)) for pair in pairs[start : start + n]]

@@ -2,9 +2,9 @@
 the paper's base recipe on two processes scores its checkpoint exactly as one process does.
 
 The recipes run as written, with the changes a CPU test needs: every width and the tokens per
-step divided by 16 (the depth, heads, dropout, smoothing and positions as the recipe says), the
-CPU trainer, two steps, and small local data shaped as the hub gives it (or, for the local-file
-recipes, a sample of their files).
+step divided by 16 (the depth, heads, dropout, smoothing and positions as the recipe says),
+batches of 1,024 tokens, the CPU trainer, two steps, and small local data shaped as the hub
+gives it (or, for the local-file recipes, a sample of their files).
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ SHRINK = 16  # every width of the recipe's model, divided by this
 def corpora(tmp_path_factory) -> dict[str, list[str]]:
     """Per data preset, the overrides that point it at a small local copy."""
     tmp = tmp_path_factory.mktemp("recipe_data")
-    wmt14 = write_hub_wmt14(tmp / "wmt14", SIZES)
+    wmt14 = write_hub_wmt14(tmp / "wmt14", SIZES, max_words=15)  # an untrained model's
+    # output runs to the length limit, |x| + 50: short sources keep decoding short
     multi30k = write_hub_multi30k(tmp / "multi30k", SIZES)
     anki = tmp / "anki"  # every 200th pair of the Anki files: short and long sentences
     anki.mkdir()
@@ -61,6 +62,7 @@ def recipe(name: str, out: Path, cache: Path, corpora: dict, *overrides: str) ->
         f"output_dir={out}",
         f"data.cache_dir={cache}",
         "data.vocab_size=300",
+        "data.max_tokens=1024",
         "trainer.max_steps=2",
         "trainer.max_time=null",
         "trainer.enable_progress_bar=false",
