@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 
@@ -30,6 +31,16 @@ CLUSTER = (
     "TORCHELASTIC_RUN_ID",
     "LSB_JOBID",
 )
+
+
+@pytest.fixture
+def restored_environ():
+    """os.environ as it was after the test: Lightning's SLURMEnvironment writes MASTER_ADDR
+    into it, which would send every later DDP launch of the session to that address."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.fixture
@@ -141,7 +152,9 @@ def _sbatch() -> tuple[dict[str, str], list[str]]:
     return options, args
 
 
-def test_the_sbatch_file_composes_and_lightning_sees_its_ranks(monkeypatch, tmp_path) -> None:
+def test_the_sbatch_file_composes_and_lightning_sees_its_ranks(
+    monkeypatch, tmp_path, restored_environ
+) -> None:
     """The task a SLURM job of scripts/slurm/train.sbatch gives rank 11 (node 1, GPU 3 of 8):
     its command composes, and the trainer built from it finds SLURM and that rank, with no
     launcher of ours. No GPUs here: the accelerator is turned to the CPU, nothing else."""
@@ -168,6 +181,10 @@ def test_the_sbatch_file_composes_and_lightning_sees_its_ranks(monkeypatch, tmp_
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
+    from lightning.pytorch.utilities import rank_zero_only
+
+    # the Trainer makes this process rank 11 for Lightning's rank-zero guards: undone after
+    monkeypatch.setattr(rank_zero_only, "rank", rank_zero_only.rank)
     overrides = [re.sub(r"\$\{(\w+)\}", lambda m: env[m.group(1)], a) for a in args if a != "$@"]
     assert "experiment=paper_base_en_de" in overrides
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
