@@ -77,6 +77,7 @@ def test_forward_and_loss_trace_as_one_graph_without_breaks() -> None:
     assert explanation.graph_count == 1
 
 
+@pytest.mark.slow  # inductor compiles (tens of seconds with a cold cache)
 def test_compiled_training_matches_eager_over_50_steps() -> None:
     """Same initial weights, batches and dropout masks (Inductor's fallback_random draws them as
     eager does): the losses of 50 Adam steps agree within fp32 tolerance."""
@@ -101,6 +102,7 @@ def test_compiled_training_matches_eager_over_50_steps() -> None:
     assert losses[False][-1] < losses[False][0]  # it trained
 
 
+@pytest.mark.slow  # inductor compiles (tens of seconds with a cold cache)
 def test_an_epoch_of_padded_demo_batches_compiles_a_bounded_number_of_graphs(
     tmp_path, traced_only
 ) -> None:
@@ -171,6 +173,7 @@ def test_collate_rounds_widths_up_and_keeps_every_token() -> None:
     assert padded.n_tgt_tokens == plain.n_tgt_tokens == 6
 
 
+@pytest.mark.slow  # inductor compiles (tens of seconds with a cold cache)
 def test_guided_step_compiles_to_eager_losses_and_head_weights() -> None:
     import functools
 
@@ -190,6 +193,7 @@ def test_guided_step_compiles_to_eager_losses_and_head_weights() -> None:
     assert compiled[2].shape == (3, 16, 16)  # (B, T, S)
 
 
+@pytest.mark.slow  # inductor compiles (tens of seconds with a cold cache)
 def test_compile_dynamic_builds_one_graph_for_every_width(traced_only) -> None:
     """``trainer.compile_dynamic=true``: widths symbolic too, so unrounded batches of three widths
     share one graph, and the losses are eager's."""

@@ -79,6 +79,7 @@ def test_buffer_pool_reuses_the_smallest_block_that_fits_within_twice_the_larges
     assert [b.numel() for b in pool.blocks] == [192, 400, 100, 100] and pool.largest == 480 * 4
 
 
+@pytest.mark.slow  # inductor compiles (tens of seconds with a cold cache)
 def test_compiled_greedy_and_beam_give_eager_tokens(tiny: Transformer) -> None:
     # Sources of different lengths end at different steps (length limit |x| + 2), so rows leave
     # the batch mid-search: the compiled state's shrinking and dummy rows are exercised.
@@ -94,6 +95,7 @@ def test_compiled_greedy_and_beam_give_eager_tokens(tiny: Transformer) -> None:
             assert c.score == pytest.approx(e.score, abs=1e-4)
 
 
+@pytest.mark.slow  # inductor compiles (tens of seconds with a cold cache)
 def test_compiled_int8_decoding_gives_eager_int8_tokens(tiny: Transformer) -> None:
     """The int8 layers (``decode.quantize=int8``) are opaque custom ops of plain tensors: the
     compiled step traces through them in one graph and multiplies the same numbers."""
@@ -110,6 +112,7 @@ def test_compiled_int8_decoding_gives_eager_int8_tokens(tiny: Transformer) -> No
     assert compile_count(int8) - before <= 4  # greedy's and the beams' shapes, no break
 
 
+@pytest.mark.slow  # inductor compiles (tens of seconds with a cold cache)
 def test_compiled_step_matches_the_eager_cache_position_by_position(tiny: Transformer) -> None:
     """Log-probabilities of each step, not just argmaxes: the fixed-capacity cache with masked
     positions and padded source computes what the growing cache does."""
@@ -137,6 +140,7 @@ def test_onednn_route_computes_linear() -> None:
     torch.testing.assert_close(routed, torch.nn.functional.linear(x, layer.weight, layer.bias))
 
 
+@pytest.mark.slow  # inductor compiles (tens of seconds with a cold cache)
 def test_a_random_base_model_decodes_the_same_compiled() -> None:
     torch.manual_seed(1)
     model = Transformer(TransformerConfig(name="base", vocab_size=1000)).eval()
@@ -152,6 +156,7 @@ def test_a_random_base_model_decodes_the_same_compiled() -> None:
     assert compile_count(model) == 2
 
 
+@pytest.mark.slow  # inductor compiles (tens of seconds with a cold cache)
 def test_demo_test_set_decodes_the_same_with_a_bounded_number_of_graphs(
     demo_run, traced_only
 ) -> None:
@@ -191,6 +196,7 @@ def test_compile_is_refused_for_ct2_and_without_the_cache(tiny: Transformer) -> 
         greedy_decode(tiny, _sources(40, [4]), use_cache=False, compile=True)
 
 
+@pytest.mark.slow  # inductor compiles (tens of seconds with a cold cache)
 def test_importing_the_package_leaves_inductor_unloaded() -> None:
     """Inductor is imported when a first graph is compiled, not with the package: loading it
     cost every script ~2 s of start-up (a bad-input error included)."""

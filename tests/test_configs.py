@@ -221,6 +221,7 @@ def test_the_english_spanish_recipe_is_the_spanish_english_one_turned_round(comp
     assert en_es.heatmaps.src == "the black cat sleeps at home"
 
 
+@pytest.mark.slow  # builds every Table 3 model at full size
 def test_table3_rows_have_the_papers_sizes() -> None:
     from dataclasses import replace
 

@@ -69,6 +69,7 @@ def test_tiny_model_overfits_a_handful_of_pairs_and_translates_them_exactly() ->
     assert hyps == [encode(t)[:-1] for _, t in PAIRS]
 
 
+@pytest.mark.slow  # trains
 def test_run_smoke_two_steps(compose_cfg, tmp_path) -> None:
     """The whole recipe in seconds (fast lane): data, model, trainer, fit, validation, test, report."""
     cfg = compose_cfg(
