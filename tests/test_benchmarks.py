@@ -6,13 +6,13 @@ The figures themselves are measured by running the scripts with their defaults (
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 
 import pytest
 import torch
 
 from .conftest import ROOT, SHARED, needs_shared
+from .scripts import run_script
 
 pytestmark = pytest.mark.slow  # training runs and subprocesses: not in the fast lane
 
@@ -20,9 +20,7 @@ BENCH = ROOT / "benchmarks"
 
 
 def _run(script: str, *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=300
-    )
+    result = run_script(BENCH / script, *args)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 
@@ -315,16 +313,8 @@ def test_paired_bleu_refuses_runs_that_do_not_pair(tmp_path) -> None:
         (c, f"error: {c} was tested on other references than {a}"),
         (str(bare), f"run `python scripts/evaluate.py run_dir={bare} ckpt.average_last=1` first"),
     ):
-        result = subprocess.run(
-            [sys.executable, str(BENCH / "paired_bleu.py"), "--base", a, "--new", new],
-            capture_output=True,
-            text=True,
-        )
+        result = run_script(BENCH / "paired_bleu.py", "--base", a, "--new", new)
         assert result.returncode == 1 and message in result.stderr, result.stderr
     short = _fake_run(tmp_path, "short", 1, refs, refs[:1], refs)
-    result = subprocess.run(
-        [sys.executable, str(BENCH / "paired_bleu.py"), "--base", a, "--new", short],
-        capture_output=True,
-        text=True,
-    )
+    result = run_script(BENCH / "paired_bleu.py", "--base", a, "--new", short)
     assert "1 greedy outputs for 2 references" in result.stderr

@@ -134,25 +134,10 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # a subprocess
 def test_average_checkpoints_cli_writes_a_loadable_average(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    from .conftest import ROOT
+    from .scripts import run_script
 
     a, b = _save(tmp_path / "a.ckpt", [1.0, 3.0]), _save(tmp_path / "b.ckpt", [3.0, 5.0])
     out = tmp_path / "avg.ckpt"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "average_checkpoints.py"),
-            str(a),
-            str(b),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_script("average_checkpoints.py", a, b, "--out", out, timeout=60)
     assert result.returncode == 0, result.stderr
     torch.testing.assert_close(torch.load(out)["state_dict"]["model.w"], torch.tensor([2.0, 4.0]))

@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from .conftest import ROOT
+from .scripts import run_script
 
 SCRIPTS = ROOT / "scripts"
 
@@ -309,22 +309,15 @@ def _run(script: str, args: list, env_changes: dict) -> subprocess.CompletedProc
             env.pop(key, None)
         else:
             env[key] = value
-    return subprocess.run(
-        [sys.executable, str(SCRIPTS / script), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-        cwd=ROOT,
-    )
+    return run_script(script, *args, env=env, timeout=180)
 
 
 @pytest.fixture(scope="module")
 def results(paths) -> dict[str, subprocess.CompletedProcess]:
-    """Every case's process, three at a time (each mostly waits on its imports)."""
+    """Every case's process, two at a time."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {
             case: pool.submit(_run, script, args(paths), env)
             for case, (script, args, env, _) in CASES.items()

@@ -16,7 +16,7 @@ from transformer_mt.data.sources import load_corpus
 from transformer_mt.data.tokenize import tokenize, train_tokenizer
 from transformer_mt.errors import UserError
 
-from .conftest import ROOT, SHARED, needs_shared
+from .conftest import SHARED, needs_shared
 
 PAIRS = [
     ("Ein Hund läuft im Park.", "A dog runs in the park."),
@@ -258,25 +258,18 @@ def test_files_of_blank_lines_are_refused_before_sentencepiece(compose_cfg, tmp_
 
 @pytest.mark.slow  # a subprocess
 def test_the_train_script_prints_bad_input_on_one_line(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+    from .scripts import run_script
 
     src, tgt = _write(tmp_path / "b.de", ["", ""]), _write(tmp_path / "b.en", ["", ""])
     files = f"[{src},{tgt}]"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "train.py"),
-            "data=local",
-            "data.src_lang=de",
-            "data.tgt_lang=en",
-            *(f"data.files.{split}={files}" for split in ("train", "valid", "test")),
-            f"data.cache_dir={tmp_path / 'cache'}",
-            f"output_dir={tmp_path / 'run'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = run_script(
+        "train.py",
+        "data=local",
+        "data.src_lang=de",
+        "data.tgt_lang=en",
+        *(f"data.files.{split}={files}" for split in ("train", "valid", "test")),
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"output_dir={tmp_path / 'run'}",
     )
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]

@@ -4,8 +4,6 @@ translate.py and evaluate.py with the same search options."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -15,7 +13,7 @@ from transformer_mt import Transformer
 from transformer_mt.decoding import DecodeConfig, translate
 from transformer_mt.errors import UserError
 
-from .conftest import ROOT
+from .scripts import run_script
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason='pip install -e ".[ct2]"')
 
@@ -108,17 +106,15 @@ def test_exported_demo_model_translates_and_scores_as_ours(demo_run, tmp_path) -
         rows = [json.loads(line) for line in f]
     sources, refs = [r["src"] for r in rows], [r["tgt"] for r in rows]
 
-    def run_script(*args: str) -> str:
-        result = subprocess.run(
-            [sys.executable, *args], capture_output=True, text=True, cwd=tmp_path
-        )
+    def script(*args) -> str:
+        result = run_script(*args, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         return result.stdout
 
-    run_script(str(ROOT / "scripts" / "export_ct2.py"), str(demo_run), "--out", "fp32")
-    run_script(
-        str(ROOT / "scripts" / "export_ct2.py"),
-        str(demo_run),
+    script("export_ct2.py", demo_run, "--out", "fp32")
+    script(
+        "export_ct2.py",
+        demo_run,
         "--out",
         "int8",
         "--quantization",
@@ -149,30 +145,19 @@ def test_exported_demo_model_translates_and_scores_as_ours(demo_run, tmp_path) -
 
     # translate.py --engine ct2: the same lines, and the same alignments, as ours
     text = "\n".join(sources[:20]) + "\n"
-    common = [str(ROOT / "scripts" / "translate.py"), str(demo_run), "--beam", "1", "--alignments"]
-    torch_out = subprocess.run(
-        [sys.executable, *common], input=text, capture_output=True, text=True
-    )
-    ct2_out = subprocess.run(
-        [sys.executable, *common, "--engine", "ct2", "--ct2-dir", str(tmp_path / "fp32")],
-        input=text,
-        capture_output=True,
-        text=True,
-    )
+    common = ["translate.py", demo_run, "--beam", "1", "--alignments"]
+    torch_out = run_script(*common, input=text)
+    ct2_out = run_script(*common, "--engine", "ct2", "--ct2-dir", tmp_path / "fp32", input=text)
     assert ct2_out.returncode == 0, ct2_out.stderr
     assert ct2_out.stdout == torch_out.stdout and " ||| " in ct2_out.stdout
-    refused = subprocess.run(
-        [sys.executable, *common, "--engine", "ct2", "--ct2-dir", str(tmp_path / "fp32")]
-        + ["--mode", "full"],
-        input=text,
-        capture_output=True,
-        text=True,
+    refused = run_script(
+        *common, "--engine", "ct2", "--ct2-dir", tmp_path / "fp32", "--mode", "full", input=text
     )
     assert refused.returncode != 0 and "no --head, --mode or --method" in refused.stderr
 
     # evaluate.py decode.engine=ct2: the export's BLEU on the test split
-    out = run_script(
-        str(ROOT / "scripts" / "evaluate.py"),
+    out = script(
+        "evaluate.py",
         f"run_dir={demo_run}",
         "decode.engine=ct2",
         f"decode.ct2_dir={tmp_path / 'fp32'}",

@@ -24,6 +24,7 @@ import torch
 from transformer_mt.errors import UserError
 
 from .conftest import ROOT
+from .scripts import run_script
 
 pytest.importorskip("gradio", reason='the explorer needs the app extra: pip install -e ".[app]"')
 pytestmark = pytest.mark.slow  # every test here needs a trained run
@@ -219,23 +220,18 @@ def test_bertviz_html_holds_every_layer_head_and_token(explorer, explorer_run, t
 
     # the command line, for a beam hypothesis: two pages beside the PNGs
     out = tmp_path / "cat"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "plot_alignment.py"),
-            str(explorer_run),
-            "--src",
-            SOURCE,
-            "--beam",
-            "3",
-            "--hypothesis",
-            "2",
-            "--html",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    result = run_script(
+        "plot_alignment.py",
+        explorer_run,
+        "--src",
+        SOURCE,
+        "--beam",
+        "3",
+        "--hypothesis",
+        "2",
+        "--html",
+        "--out",
+        out,
     )
     assert result.returncode == 0, result.stderr
     assert "beam 3 hypothesis 2: " + hyps[1].text in result.stdout

@@ -136,19 +136,15 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     assert parse_head("guided", 2, 2, run_dir=ckpt) == HeadReading(1, 1, reading)
     # the benchmark reads the guided head as trained, beside eflomal on the same text
     pytest.importorskip("eflomal")  # installed in CI (.ci/run: the [align] extra)
-    import subprocess
-    import sys
-
     from .conftest import ROOT
+    from .scripts import run_script
 
     files = [str(tmp_path / name) for name in ("g.es", "g.en", "g.wa")]
     script = ROOT / "benchmarks" / "alignment_aer.py"
-    command = [sys.executable, str(script), "--run", f"tiny={out}", "--gold-files", *files]
+    command = ["--run", f"tiny={out}", "--gold-files", *files]
     how = f"({reading})"
     if not shift:  # the two directions, below, once: the reading does not change them
-        result = subprocess.run(
-            [*command, "--teacher-pairs", "0"], capture_output=True, text=True, timeout=300
-        )
+        result = run_script(script, *command, "--teacher-pairs", "0")
         assert result.returncode == 0, result.stderr
         assert f"tiny: guided head 1:1 {how}" in result.stdout
         assert "eflomal grow-diag-final-and" in result.stdout
@@ -160,12 +156,7 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     saved = OmegaConf.load(reverse / "config.yaml")
     saved.data.src_lang, saved.data.tgt_lang = "en", "es"
     OmegaConf.save(saved, reverse / "config.yaml")
-    result = subprocess.run(
-        [*command, "--run", f"rev={reverse}", "--teacher-pairs", "50"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = run_script(script, *command, "--run", f"rev={reverse}", "--teacher-pairs", "50")
     assert result.returncode == 0, result.stderr
     assert f"tiny: guided head 1:1 {how}" in result.stdout
     assert f"rev: guided head 1:1 {how}" in result.stdout
@@ -181,9 +172,7 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     # a run in neither direction is refused with both directions named
     saved.data.src_lang, saved.data.tgt_lang = "de", "en"
     OmegaConf.save(saved, reverse / "config.yaml")
-    result = subprocess.run(
-        [*command, "--run", f"rev={reverse}"], capture_output=True, text=True, timeout=300
-    )
+    result = run_script(script, *command, "--run", f"rev={reverse}")
     assert (
         result.returncode != 0 and "translates de->en; the first --run is es->en" in result.stderr
     )
@@ -370,17 +359,9 @@ def test_evaluate_writes_each_checkpoint_to_its_own_folder(tmp_path) -> None:
 
 
 def _translate_cli(out, stdin: bytes, *args: str):
-    import subprocess
-    import sys
+    from .scripts import run_script
 
-    from .conftest import ROOT
-
-    return subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "translate.py"), str(out), *args],
-        input=stdin,
-        capture_output=True,
-        timeout=120,
-    )
+    return run_script("translate.py", out, *args, input=stdin, timeout=120, text=False)
 
 
 @pytest.mark.slow
@@ -446,18 +427,10 @@ def test_model_and_tokenizer_of_different_runs_are_refused(small_run, tmp_path) 
         load_model(run)
 
 
-def _script(name: str, *args: str):
-    import subprocess
-    import sys
+def _script(name: str, *args: str, input: str | None = None):
+    from .scripts import run_script
 
-    from .conftest import ROOT
-
-    return subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / name), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_script(name, *args, input=input, timeout=120)
 
 
 @pytest.mark.slow
@@ -484,11 +457,6 @@ def test_plot_alignment_cli_writes_png_and_svg(small_run, tmp_path) -> None:
 
 @pytest.mark.slow
 def test_align_cli_scores_files_and_writes_pharaoh(small_run, tmp_path) -> None:
-    import subprocess
-    import sys
-
-    from .conftest import ROOT
-
     _, out = small_run
     (tmp_path / "src").write_text("el gato negro\nla casa\n")
     (tmp_path / "tgt").write_text("the black cat\nthe house\n")
@@ -563,21 +531,8 @@ def test_align_cli_scores_files_and_writes_pharaoh(small_run, tmp_path) -> None:
     if record["head"]:
         assert f"head {record['head']}" in drawn.stdout
         assert (tmp_path / f"cat_layer1_head{record['head']}.png").exists()
-    translated = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "translate.py"),
-            str(out),
-            "--alignments",
-            "--head",
-            best,
-            "--beam",
-            "1",
-        ],
-        input="el gato negro\n",
-        capture_output=True,
-        text=True,
-        timeout=120,
+    translated = _script(
+        "translate.py", out, "--alignments", "--head", best, "--beam", "1", input="el gato negro\n"
     )
     assert translated.returncode == 0 and " ||| " in translated.stdout, translated.stderr
     # A gold file with a link outside the sentence is reported, not silently used.
