@@ -23,6 +23,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from .conftest import CONF, ROOT, SHARED, _lines, write_hub_multi30k, write_hub_wmt14
+from .scripts import run_script
 
 pytestmark = pytest.mark.slow  # training runs and subprocesses
 
@@ -112,6 +113,7 @@ def test_every_recipe_trains_tests_and_reports(
 
 
 def _script(name: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """A fresh interpreter: Lightning's DDP launcher starts the other rank from its argv."""
     return subprocess.run(
         [sys.executable, str(ROOT / "scripts" / name), *args],
         capture_output=True,
@@ -214,7 +216,7 @@ def test_paper_base_on_two_processes_scores_as_one_process_resumes_and_evaluates
     assert read_metrics(ddp)["val/bleu"][-1][1] == pytest.approx(two["val_bleu"], abs=0.01)
 
     # evaluate.py, as the recipe's comment says: the last 2 averaged, beam 4, α 0.6
-    scored = _script("evaluate.py", f"run_dir={ddp}", env=env)
+    scored = run_script("evaluate.py", f"run_dir={ddp}", env=env)  # one process: no DDP
     assert scored.returncode == 0, scored.stderr[-3000:]
     assert (
         f"test of wmt14_en_de (en->de), {DDP_SIZES['test']} sentences, beam 4, α 0.6, "
