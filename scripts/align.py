@@ -70,6 +70,7 @@ from transformer_mt.align.extract import (
     Extraction,
     merge_directions,
     merged_record,
+    record_folder,
     save_tuned,
     tune,
 )
@@ -91,6 +92,7 @@ from transformer_mt.align.reading import (
     BestHead,
     HeadReading,
     guided_reading,
+    head_method,
     parse_head,
     run_folder,
 )
@@ -144,9 +146,9 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--method",
-        default="argmax",
         choices=EXTRACTIONS,
-        help="how the head's weights become links (default argmax: one per target word)",
+        help="how the head's weights become links (default: argmax, one per target word; for "
+        "--head best the method it scored best with)",
     )
     parser.add_argument(
         "--threshold",
@@ -226,7 +228,7 @@ def load_pairs(args: argparse.Namespace):
 @report_user_errors
 def main() -> None:
     args = parse_args()
-    Extraction.for_run(args.method, args.threshold)  # a bad --threshold fails before any work
+    Extraction.for_run(args.method or "argmax", args.threshold)  # a bad --threshold: no work
     if args.reverse_run is not None:
         check_reverse(args.run_dir, args.reverse_run)
     if args.tune_on is not None and args.src is None and args.output is None:
@@ -250,7 +252,10 @@ def main() -> None:
         best_head = head_grid(attention, gold, save_dir(args), what)
     if args.tune_on is not None:
         tune_extraction(args, model, tokenizer)
-    extraction = Extraction.for_run(args.method, args.threshold, save_dir(args))
+    if args.method is None and args.head == "best" and best_head is not None:
+        args.method = best_head.method  # the head just chosen, read as it scored best
+    method = head_method(args.head, args.method, args.run_dir)
+    extraction = Extraction.for_run(method, args.threshold, save_dir(args))
     if args.output is None and args.reverse_run is None and gold is None:
         return
     chosen, reading = output_links(args, args.run_dir, attention, gold, best_head, extraction)
@@ -433,9 +438,7 @@ def save_dir(args: argparse.Namespace, run_dir: Path | None = None) -> Path:
     """Where this run's (or ``run_dir``'s: the reverse run's) tables and tuned tau go."""
     if run_dir is None and args.save_dir is not None:
         return args.save_dir
-    run_dir = args.run_dir if run_dir is None else run_dir
-    run = run_dir if run_dir.is_dir() else run_dir.parent
-    return run / "align"
+    return record_folder(args.run_dir if run_dir is None else run_dir)
 
 
 def head_grid(attention: CorpusAttention, gold, folder: Path, what: str) -> BestHead:

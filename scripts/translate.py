@@ -19,7 +19,7 @@ from pathlib import Path
 
 from transformer_mt.align.extract import EXTRACTIONS, Extraction, record_folder
 from transformer_mt.align.links import format_pharaoh
-from transformer_mt.align.reading import MODES, parse_head
+from transformer_mt.align.reading import MODES, head_method, parse_head
 from transformer_mt.analysis.alignment import translation_links
 from transformer_mt.checkpoint import load_model
 from transformer_mt.cli import ArgumentParser, report_user_errors
@@ -115,11 +115,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--method",
-        default="argmax",
         choices=EXTRACTIONS,
         help="how --alignments reads the head's weights: argmax (one link per target word), "
         "intersect, threshold or grow-diag (tau: --threshold, else the run's tuned value from "
-        "scripts/align.py --tune-on, else the default)",
+        "scripts/align.py --tune-on, else the default); default: argmax, or for --head best "
+        "the method it scored best with",
     )
     parser.add_argument("--threshold", type=float, help="tau of --method threshold / grow-diag")
     args = parser.parse_args()
@@ -143,7 +143,8 @@ def main() -> None:
     reading = parse_head(
         args.head, model.cfg.n_layers, model.cfg.n_heads, run_dir=args.run, mode=args.mode
     )
-    extraction = Extraction.for_run(args.method, args.threshold, record_folder(args.run))
+    method = head_method(args.head, args.method, args.run)
+    extraction = Extraction.for_run(method, args.threshold, record_folder(args.run))
     model = quantize_for_decoding(model, args.quantize)
     try:
         results = translate(
@@ -166,7 +167,9 @@ def main() -> None:
 def translate_ct2(args: argparse.Namespace, lines: list[str], cfg: DecodeConfig) -> None:
     """The same output from CTranslate2; --alignments from the attention it returns (its last
     layer, heads averaged: --head is not available there)."""
-    if args.alignments and (args.head != "-1" or args.mode != "causal" or args.method != "argmax"):
+    if args.alignments and (
+        args.head != "-1" or args.mode != "causal" or args.method not in (None, "argmax")
+    ):
         raise UserError(
             "--engine ct2 aligns with the last layer's heads averaged only, as the model "
             "predicts, by argmax (no --head, --mode or --method); use --engine torch for those"

@@ -684,3 +684,55 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
         for f, b in zip(ours, theirs)
     ]
     assert links(tmp_path / "mboth") == expected
+
+
+@pytest.mark.slow
+def test_align_cli_on_a_checkpoint_records_where_the_run_looks(small_run, tmp_path) -> None:
+    """align.py RUN/checkpoints/last.ckpt keeps its records in RUN/align, where --head best
+    and the tuned tau are looked up (record_folder), not in RUN/checkpoints/align."""
+    import shutil
+
+    _, out = small_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run, ignore=shutil.ignore_patterns("align"))
+    (tmp_path / "src").write_text("el gato negro\nla casa\n")
+    (tmp_path / "tgt").write_text("the black cat\nthe house\n")
+    (tmp_path / "gold").write_text("0-1 1-2 2-0\n0-0 1-1\n")
+    files = ("--src", tmp_path / "src", "--tgt", tmp_path / "tgt", "--gold", tmp_path / "gold")
+    scored = _script("align.py", run / "checkpoints" / "last.ckpt", *files)
+    assert scored.returncode == 0, scored.stderr
+    assert (run / "align" / "best_head.json").is_file()
+    assert not (run / "checkpoints" / "align").exists()
+    drawn = _script("translate.py", run, "--alignments", "--head", "best", input="el gato\n")
+    assert drawn.returncode == 0, drawn.stderr
+
+
+@pytest.mark.slow
+def test_head_best_is_read_by_the_method_it_scored_best_with(demo_run, tmp_path) -> None:
+    """A head recorded as best read by intersect is read by intersect again by translate.py
+    --head best (an explicit --method still wins)."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(demo_run, run, ignore=shutil.ignore_patterns("align", "ct2", "*.png"))
+    source = "el gato negro duerme en casa\nmi hermano no quiere comer pescado\n"
+
+    def links(*args: str) -> list[str]:
+        done = _script("translate.py", run, "--alignments", "--beam", "1", *args, input=source)
+        assert done.returncode == 0, done.stderr
+        return [line.split(" ||| ")[1] for line in done.stdout.splitlines()]
+
+    # a head whose argmax links are not all mutual, so that the two readings differ
+    for head in ("1:1", "1:2", "1:3", "1:4", "2:1", "2:2", "2:3", "2:4"):
+        by_intersect, by_argmax = (
+            links("--head", head, "--method", m) for m in ("intersect", "argmax")
+        )
+        if by_intersect != by_argmax:
+            break
+    assert by_intersect != by_argmax, "no head of the demo model tells the readings apart"
+    layer, number = map(int, head.split(":"))
+    (run / "align").mkdir()
+    record = {"layer": layer, "head": number, "reading": "intersect", "aer": 0.5}
+    (run / "align" / "best_head.json").write_text(json.dumps(record))
+    assert links("--head", "best") == by_intersect
+    assert links("--head", "best", "--method", "argmax") == by_argmax

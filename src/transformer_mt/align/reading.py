@@ -131,6 +131,12 @@ class BestHead:
     def head_reading(self) -> HeadReading:
         return HeadReading(self.layer, self.head, READING_MODES[self.reading])
 
+    @property
+    def method(self) -> str:
+        """The extraction the head scored best with: ``intersect`` for that reading, else
+        ``argmax`` (the other readings differ in rows, not in how links are taken)."""
+        return "intersect" if self.reading == "intersect" else "argmax"
+
     def save(self, path: Path, grids: dict[str, list[list[float]]], what: str) -> None:
         """Write the record with the AER grids it was chosen from (reading -> layer -> head)."""
         record = {**asdict(self), "scored_on": what, "grids": grids}
@@ -147,6 +153,14 @@ class BestHead:
             )
         record = json.loads(path.read_text(encoding="utf-8"))
         return cls(record["layer"], record["head"], record["reading"], record["aer"])
+
+
+def head_method(head: str | None, method: str | None, run_dir: Path) -> str:
+    """The extraction method of ``--head head --method method``: an explicit method, else the
+    recorded best head's own (``--head best``), else argmax."""
+    if method is not None:
+        return method
+    return BestHead.load(run_dir).method if head == "best" else "argmax"
 
 
 def parse_head(
