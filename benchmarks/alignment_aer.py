@@ -324,7 +324,9 @@ def main() -> None:
     parser.add_argument(
         "--eflomal-tokenize",
         choices=EFLOMAL_TOKENIZE,
-        help="how eflomal's words are cut (data.eflomal_tokenize); default: the first run's",
+        default="none",
+        help="how eflomal's words are cut: none (as they are, as guided alignment's teacher "
+        "sees them) or moses (Moses-tokenized: a stronger baseline)",
     )
     parser.add_argument(
         "--by-length", action="store_true", help="AER by source sentence length as well"
@@ -357,8 +359,7 @@ def main() -> None:
     reverse = {name: is_reverse(run, data.src_lang, data.tgt_lang) for name, run in runs}
     train = load_corpus(data)["train"]
     limit = min(args.train_limit, len(train))
-    how = args.eflomal_tokenize or data.eflomal_tokenize
-    tokenize = (data.src_lang, data.tgt_lang) if how == "moses" else None
+    tokenize = (data.src_lang, data.tgt_lang) if args.eflomal_tokenize == "moses" else None
     cut = "words Moses-tokenized" if tokenize else "words as they are"
     train_src, train_tgt = train["src"][:limit], train["tgt"][:limit]
     sets = []

@@ -14,8 +14,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_mt.cli import refuse_unquoted_equals, report_user_errors
-from transformer_mt.config import TrainConfig, register_configs, upgrade_saved_config
+from transformer_mt.config import TrainConfig, register_configs
 from transformer_mt.errors import UserError
+from transformer_mt.run_config import load_run_config, refuse_removed
 
 register_configs()
 
@@ -36,8 +37,9 @@ def resumed_config(run_dir: str, overrides: list[str]) -> DictConfig:
             f"e.g. trainer.max_steps=200000)"
         )
     schema = OmegaConf.structured(TrainConfig)  # types and keys checked as on a fresh run
-    loaded = upgrade_saved_config(OmegaConf.load(saved))  # a run saved before align.mode too
-    cfg = OmegaConf.merge(schema, loaded, OmegaConf.from_dotlist(changes))
+    cfg = OmegaConf.merge(
+        schema, load_run_config(run_dir, resuming=True), OmegaConf.from_dotlist(changes)
+    )
     cfg.resume = str(run_dir)
     return cfg
 
@@ -54,4 +56,5 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     refuse_unquoted_equals(sys.argv[1:])  # before Hydra, whose message would not name it
+    report_user_errors(refuse_removed)(sys.argv[1:])  # Hydra would only say "not in struct"
     main()

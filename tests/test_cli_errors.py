@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from .conftest import ROOT
 from .scripts import run_script
@@ -36,8 +37,18 @@ def paths(demo_run, tmp_path_factory) -> SimpleNamespace:
     # an export that exists already
     (tmp / "ct2_existing").mkdir()
     (tmp / "ct2_existing" / "model.bin").write_bytes(b"x")
+    # a run trained with an option since removed
+    removed = tmp / "removed_run"
+    shutil.copytree(run, removed, ignore=shutil.ignore_patterns("*.ckpt"))
+    saved = OmegaConf.load(removed / "config.yaml")
+    saved.data.eflomal_tokenize = "moses"
+    OmegaConf.save(saved, removed / "config.yaml")
     return SimpleNamespace(
-        tmp=tmp, run=run, missing=tmp / "no_such_run", not_a_run=tmp / "not_a_run"
+        tmp=tmp,
+        run=run,
+        missing=tmp / "no_such_run",
+        not_a_run=tmp / "not_a_run",
+        removed_run=removed,
     )
 
 
@@ -101,6 +112,18 @@ CASES = {
         lambda p: [p.run],
         {"SLURM_STEP_NUM_TASKS": "2"},
         r"scripts/translate.py decodes on one device, but it was launched as 2 processes",
+    ),
+    "train a removed option": (
+        "train.py",
+        lambda p: ["data.eflomal_tokenize=moses", f"hydra.run.dir={p.tmp / 'removed'}"],
+        {},
+        r"data.eflomal_tokenize was removed: eflomal aligns the words as they are",
+    ),
+    "train resume= a run trained with a removed option": (
+        "train.py",
+        lambda p: [f"resume={p.removed_run}"],
+        {},
+        r"config.yaml: data.eflomal_tokenize=moses: this run was trained with an option that",
     ),
     "evaluate a missing run": (
         "evaluate.py",

@@ -191,18 +191,3 @@ def test_guided_step_compiles_to_eager_losses_and_head_weights() -> None:
     for c, e in zip(compiled, eager):
         torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-5)
     assert compiled[2].shape == (3, 16, 16)  # (B, T, S)
-
-
-@pytest.mark.slow  # inductor compiles (tens of seconds with a cold cache)
-def test_compile_dynamic_builds_one_graph_for_every_width(traced_only) -> None:
-    """``trainer.compile_dynamic=true``: widths symbolic too, so unrounded batches of three widths
-    share one graph, and the losses are eager's."""
-    module = _module(compile="dynamic")
-    module.model.eval()
-    batches = [_batch([5, 9], 30, 9, 0), _batch([13, 4, 7], 30, 13, 1), _batch([21, 6], 30, 21, 2)]
-    with torch.no_grad():
-        for batch in batches:
-            compiled, _, _ = module._step(batch)
-            eager, _ = translation_loss(module.model, batch.src, batch.tgt_in, batch.tgt_out, 0.1)
-            torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
-    assert module.compile_counter.graphs == 1

@@ -211,8 +211,6 @@ def test_the_english_spanish_recipe_is_the_spanish_english_one_turned_round(comp
     same = (
         "holdout",
         "alignments",
-        "eflomal_links",
-        "eflomal_tokenize",
         "vocab_size",
         "max_tokens",
     )

@@ -236,23 +236,6 @@ def test_token_links_become_word_links() -> None:
     assert word_links(set(), src, tgt) == set()
 
 
-def test_eflomal_tokenize_must_be_known_and_old_runs_read_as_before(tmp_path) -> None:
-    from transformer_mt.checkpoint import run_data_config
-    from transformer_mt.config import DataConfig
-    from transformer_mt.errors import UserError
-
-    with pytest.raises(UserError, match=r"data.eflomal_tokenize must be one of moses, none"):
-        DataConfig(name="demo", source="demo", eflomal_tokenize="spacy", cache_dir="/tmp/x")
-    assert DataConfig(name="demo", source="demo", cache_dir="/tmp/x").eflomal_tokenize == "none"
-    # a run trained before the option aligned the words as they were: it is read that way
-    (tmp_path / "config.yaml").write_text("data:\n  name: demo\n  source: demo\n")
-    assert run_data_config(tmp_path).eflomal_tokenize == "none"
-    (tmp_path / "config.yaml").write_text(
-        "data:\n  name: demo\n  source: demo\n  eflomal_tokenize: moses\n"
-    )
-    assert run_data_config(tmp_path).eflomal_tokenize == "moses"
-
-
 def _needs_eflomal():
     import importlib.util
 
@@ -268,8 +251,9 @@ def test_eflomal_aligns_the_training_split_once_and_the_links_are_cached(tmp_pat
     import gzip
     import logging
 
+    from transformer_mt.align.eflomal import align_corpus, cached_links
     from transformer_mt.config import DataConfig
-    from transformer_mt.data.sources import load_corpus
+    from transformer_mt.data.sources import load_corpus, text_key
 
     from .conftest import SHARED
 
@@ -285,7 +269,6 @@ def test_eflomal_aligns_the_training_split_once_and_the_links_are_cached(tmp_pat
         files={"train": [str(tmp_path / "train.es"), str(tmp_path / "train.en")]},
         holdout={"valid": 50, "test": 50},
         alignments="eflomal",
-        eflomal_tokenize="moses",
         cache_dir=str(tmp_path / "cache"),
     )
     with caplog.at_level(logging.INFO):
@@ -306,7 +289,6 @@ def test_eflomal_aligns_the_training_split_once_and_the_links_are_cached(tmp_pat
     assert "aligning" not in caplog.text and again["train"]["alignment"] == lines  # cached
     teacher = next((tmp_path / "cache" / "alignments").glob("eflomal_gdfa_*.pharaoh"))
     assert f"guided alignment's teacher: {teacher}" in caplog.text  # which file, in the run's log
-    assert teacher.name.endswith("-moses.pharaoh")  # words cut by Moses: their own cache files
     # a copy of the files (new paths, new modification times) is the same text: still cached,
     # so the run keeps its teacher (eflomal would start from another random state)
     copy = tmp_path / "copy"
@@ -318,12 +300,12 @@ def test_eflomal_aligns_the_training_split_once_and_the_links_are_cached(tmp_pat
     with caplog.at_level(logging.INFO):
         copied = load_corpus(moved)
     assert "aligning" not in caplog.text and copied["train"]["alignment"] == lines
-    # one direction instead of the symmetrized links: from the same cache, without re-aligning
-    caplog.clear()
-    with caplog.at_level(logging.INFO):
-        forward = load_corpus(replace(cfg, eflomal_links="forward"))["train"]["alignment"]
-        reverse = load_corpus(replace(cfg, eflomal_links="reverse"))["train"]["alignment"]
-    assert "aligning" not in caplog.text and forward != lines and reverse != lines
+    # each direction beside the symmetrized links, in the same cache (the benchmark's rows)
+    folder, key = tmp_path / "cache" / "alignments", text_key(train)
+    files = cached_links(folder, key)
+    assert files["gdfa"] == teacher
+    forward, reverse = (files[d].read_text().splitlines() for d in ("forward", "reverse"))
+    assert forward != lines and reverse != lines
     for links, one_per in (
         (forward, 1),
         (reverse, 0),
@@ -336,12 +318,13 @@ def test_eflomal_aligns_the_training_split_once_and_the_links_are_cached(tmp_pat
     # both directions agree on
     for sym, fwd, rev in zip(lines[:200], forward[:200], reverse[:200]):
         assert set(fwd.split()) & set(rev.split()) <= set(sym.split())
-    # the words as they are (data.eflomal_tokenize=none): aligned again, into other files
+    # each word cut by Moses (the benchmark's stronger baseline): aligned again, into other files
     caplog.clear()
     with caplog.at_level(logging.INFO):
-        raw = load_corpus(replace(cfg, eflomal_tokenize="none"))["train"]["alignment"]
-    assert "aligning" in caplog.text and "-moses" not in caplog.text.split("teacher: ")[-1]
-    assert len(raw) == len(lines) and raw != lines
+        cut = align_corpus(lambda: (train["src"], train["tgt"]), folder, key, ("es", "en"))
+    assert "aligning" in caplog.text and cut["gdfa"].name.endswith("-moses.pharaoh")
+    tokenized = cut["gdfa"].read_text().splitlines()
+    assert len(tokenized) == len(lines) and tokenized != lines
 
     # Anki's sentences end in punctuation glued to the last word: cut off, it gets its own
     # links, so the last words of both sides are linked to each other more often than when
@@ -352,7 +335,7 @@ def test_eflomal_aligns_the_training_split_once_and_the_links_are_cached(tmp_pat
             for line, s, t in zip(links, train["src"], train["tgt"])
         )
 
-    assert last_words_linked(lines) > max(last_words_linked(raw), 0.95 * len(train))
+    assert last_words_linked(tokenized) > max(last_words_linked(lines), 0.95 * len(train))
 
 
 def test_the_eflomal_cache_key_is_the_text_not_the_files(tmp_path) -> None:
@@ -381,16 +364,6 @@ def test_the_eflomal_cache_key_is_the_text_not_the_files(tmp_path) -> None:
         [{"src": "hola mundoadiós", "tgt": "hello world"}, {"src": "", "tgt": "bye"}],
     ):
         assert text_key(Dataset.from_list(changed)) != text_key(a), changed
-
-
-def test_eflomal_links_must_be_a_known_reading() -> None:
-    from transformer_mt.config import DataConfig
-    from transformer_mt.errors import UserError
-
-    with pytest.raises(
-        UserError, match=r"data.eflomal_links must be one of gdfa, forward, reverse"
-    ):
-        DataConfig(name="demo", source="demo", eflomal_links="fwd", cache_dir="/tmp/unused")
 
 
 @pytest.mark.slow  # two ~30-step demo runs

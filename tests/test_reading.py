@@ -62,12 +62,10 @@ def test_guided_reads_the_runs_config_and_best_its_record(tmp_path) -> None:
     align = {"guided": True, "layer": -2, "head": 3, "mode": "full"}
     OmegaConf.save(OmegaConf.create({"align": align}), run / "config.yaml")
     assert parse_head("guided", 6, 8, run_dir=run) == HeadReading(5, 3, "full")
-    # a checkpoint file finds its run; a run saved before align.mode keeps its flags' meaning
-    old = {"guided": True, "layer": 1, "head": 1, "shift": True, "full_context": False}
-    OmegaConf.save(OmegaConf.create({"align": old}), run / "config.yaml")
+    # a checkpoint file finds its run
     ckpt = run / "checkpoints" / "last.ckpt"
     ckpt.touch()
-    assert parse_head("guided", 6, 8, run_dir=ckpt) == HeadReading(1, 1, "shift")
+    assert parse_head("guided", 6, 8, run_dir=ckpt) == HeadReading(5, 3, "full")
 
     with pytest.raises(UserError, match=r"--head best: .*best_head.json does not exist"):
         parse_head("best", 6, 8, run_dir=run)
@@ -86,20 +84,3 @@ def test_a_guided_head_is_built_once_from_align_config() -> None:
         HeadReading.from_config(AlignConfig(layer=5), 3, 4)
     with pytest.raises(UserError, match="align.mode must be one of causal, shift, full"):
         AlignConfig(mode="sideways")
-
-
-def test_a_run_saved_before_align_mode_resumes_with_its_flags_as_the_mode() -> None:
-    from transformer_mt.config import TrainConfig, upgrade_saved_config
-
-    for flags, mode in (
-        ({"shift": True, "full_context": False}, "shift"),
-        ({"shift": False, "full_context": True}, "full"),
-        ({"shift": False, "full_context": False}, "causal"),
-    ):
-        saved = OmegaConf.create({"align": {"guided": True, "layer": 1, "head": 1, **flags}})
-        upgraded = upgrade_saved_config(saved)
-        assert dict(upgraded.align) == {"guided": True, "layer": 1, "head": 1, "mode": mode}
-        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), upgraded)  # as resume= does
-        assert merged.align.mode == mode
-    today = OmegaConf.create({"align": {"mode": "full"}})
-    assert upgrade_saved_config(today).align.mode == "full"  # left as it is

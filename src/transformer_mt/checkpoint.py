@@ -15,6 +15,7 @@ from transformer_mt.config import DataConfig, TransformerConfig, checkpoint_step
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.errors import UserError
 from transformer_mt.model import Transformer
+from transformer_mt.run_config import load_run_config
 
 
 def run_data_config(run_dir: str | Path) -> DataConfig:
@@ -24,7 +25,7 @@ def run_data_config(run_dir: str | Path) -> DataConfig:
         raise FileNotFoundError(
             f"{run_dir} has no config.yaml; pass run_dir= a directory written by scripts/train.py"
         )
-    return DataConfig(**OmegaConf.to_container(OmegaConf.load(path).data, resolve=True))
+    return DataConfig(**OmegaConf.to_container(load_run_config(run_dir).data, resolve=True))
 
 
 def resolve_checkpoint(path: str | Path) -> Path:

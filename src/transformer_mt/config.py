@@ -17,9 +17,8 @@ from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from transformer_mt.align.eflomal import EFLOMAL_LINKS, EFLOMAL_TOKENIZE
 from transformer_mt.align.extract import Extraction
-from transformer_mt.align.reading import MODES, legacy_mode
+from transformer_mt.align.reading import MODES
 from transformer_mt.decoding.config import DecodeConfig
 from transformer_mt.errors import UserError
 from transformer_mt.model.config import TransformerConfig
@@ -164,15 +163,6 @@ class DataConfig:
     # (source-target, 0-indexed, one line per training pair), "eflomal" (computed on the training
     # split and cached; pip install -e ".[align]"), or "builtin" (the demo corpus's own)
     alignments: str | None = None
-    # Which of eflomal's links data.alignments=eflomal trains on: "gdfa" (both directions,
-    # grow-diag-final-and), "forward" (source->target: every target word linked to at most one
-    # source word, as one attention row puts its weight on one source word) or "reverse"
-    eflomal_links: str = "gdfa"
-    # How data.alignments=eflomal cuts words for the aligner: "none" (the words as they are) or
-    # "moses" (each whitespace word split by Moses's tokenizer for its language, "casa." ->
-    # "casa .", the links mapped back onto the words: eflomal itself aligns better, its guided
-    # head not yet measurably so; docs/attention.md)
-    eflomal_tokenize: str = "none"
     # Sentence pairs added to training after the holdout and the subset, never held out: the
     # text (not the links) of word-alignment gold sets, which an unsupervised aligner such as
     # eflomal is given too. Per name, a gold set as in align.gold (recipes: ${align.gold}).
@@ -227,16 +217,6 @@ class DataConfig:
             raise UserError(
                 f"data.alignments=builtin: only the demo corpus has built-in alignments; "
                 f"data={self.name} needs a Pharaoh file or data.alignments=eflomal"
-            )
-        if self.eflomal_links not in EFLOMAL_LINKS:
-            raise UserError(
-                f"data.eflomal_links must be one of {', '.join(EFLOMAL_LINKS)}, "
-                f"got {self.eflomal_links!r}"
-            )
-        if self.eflomal_tokenize not in EFLOMAL_TOKENIZE:
-            raise UserError(
-                f"data.eflomal_tokenize must be one of {', '.join(EFLOMAL_TOKENIZE)}, "
-                f"got {self.eflomal_tokenize!r}"
             )
         if self.pad_multiple < 1:
             raise UserError(
@@ -306,9 +286,6 @@ class TrainerConfig:
     # Not lightning.Trainer arguments (train.py takes them out first):
     # torch.compile the training step (forward and loss; data.pad_multiple 16 unless set)
     compile: bool = False
-    # with compile: source and target widths symbolic too (one graph, no rounding) instead of
-    # one graph per width rounded to data.pad_multiple
-    compile_dynamic: bool = False
     on_nonfinite_loss: str = "stop"  # "stop" (raise, naming the step and batch) or "skip" the step
     loggers: list[str] = field(default_factory=lambda: ["csv", "tensorboard"])  # + wandb, mlflow
 
@@ -454,17 +431,6 @@ def check_keys(cfg: DictConfig, schema: type = None, prefix: str = "") -> None:
         child = OmegaConf.get_type(cfg, key)
         if child is not None and is_dataclass(child) and isinstance(cfg[key], DictConfig):
             check_keys(cfg[key], child, f"{prefix}{key}.")
-
-
-def upgrade_saved_config(saved: DictConfig) -> DictConfig:
-    """A run's ``config.yaml`` in today's keys, in place: one saved before ``align.mode`` had
-    ``align.shift`` / ``align.full_context`` flags instead (``resume=`` of such a run)."""
-    align = saved.get("align")
-    if align is not None and "mode" not in align:
-        align.mode = legacy_mode(align)
-        for old in ("shift", "full_context"):
-            align.pop(old, None)
-    return saved
 
 
 def run_average_last(run_dir: str) -> int:

@@ -43,7 +43,7 @@ class TranslationModule(L.LightningModule):
         decode: dict,
         tokenizer_path: str = "",
         on_nonfinite_loss: str = "stop",
-        compile: bool | str = False,
+        compile: bool = False,
         valid_max_sentences: int = 1_000,
         references: dict[str, Sequence[str]] | None = None,
         guided: dict | None = None,
@@ -56,7 +56,7 @@ class TranslationModule(L.LightningModule):
                 hyperparameters rebuild the model alone from them).
             tokenizer_path: the SentencePiece model that detokenizes hypotheses for BLEU.
             compile: True compiles the training step with one graph per batch width (the
-                batch size symbolic); "dynamic" leaves the widths symbolic too (one graph).
+                batch size symbolic).
             valid_max_sentences: validation BLEU decodes the first N validation rows.
             references: {"valid": [...], "test": [...]} target sentences by row, for BLEU;
                 none: BLEU is not computed (the loss and perplexity still are).
@@ -123,13 +123,11 @@ class TranslationModule(L.LightningModule):
 
     def _run_compiled(self, fn, batch: Batch, *args):
         """``fn(src, tgt_in, tgt_out, *args)`` compiled: one graph per padded (source, target)
-        width (``data.pad_multiple``), or one graph in all with ``compile="dynamic"``. The batch
-        size varies with token batching and is left symbolic; no width turns symbolic behind
-        our back (automatic dynamic shapes would trade the buckets for slower code)."""
-        dims = (0, 1) if self.compile_model == "dynamic" else (0,)
+        width (``data.pad_multiple``). The batch size varies with token batching and is left
+        symbolic; no width turns symbolic behind our back (automatic dynamic shapes would trade
+        the buckets for slower code)."""
         for t in (batch.src, batch.tgt_in, batch.tgt_out):
-            for dim in dims:
-                torch._dynamo.maybe_mark_dynamic(t, dim)
+            torch._dynamo.maybe_mark_dynamic(t, 0)
         with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
             return fn(batch.src, batch.tgt_in, batch.tgt_out, *args)
 

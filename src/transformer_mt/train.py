@@ -111,7 +111,7 @@ def build_data(cfg: DictConfig, out: Path) -> TranslationDataModule:
     """The corpus, tokenizer and splits (built once, or loaded from the cache); the tokenizer is
     copied into the run directory so that it is self-contained."""
     data_cfg: DataConfig = OmegaConf.to_object(cfg.data)
-    if cfg.trainer.compile and not cfg.trainer.compile_dynamic and data_cfg.pad_multiple == 1:
+    if cfg.trainer.compile and data_cfg.pad_multiple == 1:
         # one compiled graph per padded shape: widths in steps of 16, not one per length
         data_cfg.pad_multiple = COMPILE_PAD_MULTIPLE
         log.info(
@@ -135,9 +135,7 @@ def build_module(
         OmegaConf.to_object(cfg.decode),
         str(out / "tokenizer.model"),
         on_nonfinite_loss=trainer_cfg.on_nonfinite_loss,
-        compile="dynamic"
-        if trainer_cfg.compile and trainer_cfg.compile_dynamic
-        else trainer_cfg.compile,
+        compile=trainer_cfg.compile,
         valid_max_sentences=cfg.data.valid_max_sentences,
         references={split: list(datamodule.text[split]["tgt"]) for split in ("valid", "test")},
         guided=guided_settings(cfg),
@@ -242,7 +240,7 @@ def lightning_arguments(cfg: TrainerConfig) -> dict:
     return args
 
 
-NOT_TRAINER_ARGUMENTS = {"compile", "compile_dynamic", "on_nonfinite_loss", "loggers"}
+NOT_TRAINER_ARGUMENTS = {"compile", "on_nonfinite_loss", "loggers"}
 
 
 def build_loggers(names: list[str], out: Path) -> list:

@@ -1,13 +1,14 @@
 """Word alignments of a training corpus by eflomal (Östling & Tiedemann 2016), cached on disk.
 
-eflomal aligns both directions at once; their grow-diag-final-and symmetrization is written
-beside them, so every choice of ``data.eflomal_links`` is on disk after one run. The cache key
+eflomal aligns both directions at once; their grow-diag-final-and symmetrization (what guided
+alignment learns from) is written beside them (what benchmarks/alignment_aer.py scores). The cache key
 is the caller's (a hash of the training split's text): the same pairs are never aligned twice.
 
 A word is what the model's alignments count: a whitespace token of the text. Raw text sticks
 punctuation to its words ("casa." beside "casa"), which splits one word's counts over several
 types; with ``tokenize`` each word is cut by Moses's tokenizer (sacremoses) before eflomal sees
-it, as aligners are usually run, and the links are mapped back onto the words.
+it, as aligners are usually run, and the links are mapped back onto the words
+(benchmarks/alignment_aer.py --eflomal-tokenize moses: the stronger baseline).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from transformer_mt.errors import UserError
 
 log = logging.getLogger(__name__)
 
-EFLOMAL_LINKS = ("gdfa", "forward", "reverse")  # data.eflomal_links: which file is trained on
-EFLOMAL_TOKENIZE = ("moses", "none")  # data.eflomal_tokenize: how words are cut for eflomal
+EFLOMAL_LINKS = ("gdfa", "forward", "reverse")  # the cached files of one corpus
+EFLOMAL_TOKENIZE = ("moses", "none")  # how words are cut for eflomal
 
 
 class WordPieces:

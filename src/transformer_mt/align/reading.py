@@ -20,9 +20,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from transformer_mt.errors import UserError
+from transformer_mt.run_config import load_run_config, run_folder
 
 MODES = ("causal", "shift", "full")
 # The modes of the readings that scripts/align.py scores and records as a run's best head.
@@ -87,34 +86,17 @@ class HeadReading:
         return where if self.mode == "causal" else f"{where} ({self.mode})"
 
 
-def run_folder(path: Path) -> Path:
-    """The run directory of ``path``: itself, or the run a checkpoint file belongs to."""
-    path = Path(path)
-    if path.is_dir():
-        return path
-    return path.parent.parent if path.parent.name == "checkpoints" else path.parent
-
-
 def guided_reading(run_dir: Path, n_layers: int, n_heads: int) -> HeadReading | None:
     """The head a run trained with ``align.guided``, read as it was trained (its
     ``config.yaml``); None for a run without guidance."""
-    path = run_folder(run_dir) / "config.yaml"
-    align = OmegaConf.select(OmegaConf.load(path), "align") if path.is_file() else None
+    if not (run_folder(run_dir) / "config.yaml").is_file():
+        return None
+    align = load_run_config(run_dir).get("align")
     if align is None or not align.get("guided", False):
         return None
-    saved = {
-        "layer": align.layer,
-        "head": align.head,
-        "mode": align.get("mode") or legacy_mode(align),
-    }
+    # a run saved before align.mode had no flag set: causal
+    saved = {"layer": align.layer, "head": align.head, "mode": align.get("mode", "causal")}
     return HeadReading.from_config(saved, n_layers, n_heads)
-
-
-def legacy_mode(align) -> str:
-    """The mode of a run saved before ``align.mode``, from its two flags."""
-    if align.get("shift", False):
-        return "shift"
-    return "full" if align.get("full_context", False) else "causal"
 
 
 @dataclass

@@ -233,7 +233,7 @@ def text_key(ds: Dataset) -> str:
 
 
 def _with_eflomal(train: Dataset, cfg: DataConfig) -> Dataset:
-    """The training split with eflomal's links (``data.eflomal_links``), aligned once per text.
+    """The training split with eflomal's grow-diag-final-and links, aligned once per text.
 
     The cache is keyed by the text itself, not by the split's fingerprint: eflomal seeds itself
     at random, so aligning the same pairs again (after the files were copied or touched) would
@@ -243,11 +243,10 @@ def _with_eflomal(train: Dataset, cfg: DataConfig) -> Dataset:
         lambda: (train["src"], train["tgt"]),
         Path(cfg.cache_dir) / "alignments",
         text_key(train),
-        tokenize=(cfg.src_lang, cfg.tgt_lang) if cfg.eflomal_tokenize == "moses" else None,
     )
     # named in the log: runs compared with each other must share this file (their teacher)
-    log.info("guided alignment's teacher: %s", paths[cfg.eflomal_links])
-    return _with_alignment_file(train, cfg, str(paths[cfg.eflomal_links]))
+    log.info("guided alignment's teacher: %s", paths["gdfa"])
+    return _with_alignment_file(train, cfg, str(paths["gdfa"]))
 
 
 def _load_hub(cfg: DataConfig) -> DatasetDict:

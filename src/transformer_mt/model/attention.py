@@ -45,11 +45,6 @@ def scaled_dot_product_attention(
     return dropped @ v, weights  # (..., Tq, Dv), (..., Tq, Tk)
 
 
-# Decoding steps (one query per row) attend with two batched matmuls instead of the fused
-# kernel: faster on CPUs from about 10 keys on; benchmarks/decode.py measures both.
-SINGLE_QUERY_MATMUL = True
-
-
 def _one_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
     """One query per row (a decoding step) by two batched matmuls: (R, H, 1, Dh) -> (R, H, 1, Dv).
 
@@ -175,7 +170,9 @@ class MultiHeadAttention(nn.Module):
             if causal:
                 mask = causal_mask(q.size(2), q.device)
             y, weights = scaled_dot_product_attention(q, kv.keys, kv.values, mask, p)
-        elif SINGLE_QUERY_MATMUL and q.size(2) == 1 and p == 0.0 and not causal and head is None:
+        elif q.size(2) == 1 and p == 0.0 and not causal and head is None:
+            # a decoding step (one query per row): two batched matmuls beat the fused kernel on
+            # CPUs from about 10 keys on
             y, weights = _one_query_attention(q, kv.keys, kv.values, mask), None
         else:
             if kv.keys.size(0) != q.size(0):

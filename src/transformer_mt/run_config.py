@@ -1,0 +1,87 @@
+"""A run's saved ``config.yaml``, read in one place, and the options that were removed.
+
+An option that an experiment showed does not help is removed (docs/experiments.md keeps its
+figures and the last commit that had it). ``REMOVED`` names each with the value every run had
+unless told otherwise and what to do instead. A command line that sets one, or a run to be
+resumed that was trained with another value, is refused with that message; a saved run that
+holds the usual value reads as today's runs do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from transformer_mt.errors import UserError
+
+# key -> (the value every run had unless told otherwise, what to do instead)
+REMOVED: dict[str, tuple[object, str]] = {
+    "data.eflomal_links": (
+        "gdfa",
+        "guided alignment learns from eflomal's grow-diag-final-and links (one direction alone "
+        "gave no gain)",
+    ),
+    "data.eflomal_tokenize": (
+        "none",
+        "eflomal aligns the words as they are (Moses-tokenized words did not make the guided "
+        "head better; benchmarks/alignment_aer.py --eflomal-tokenize moses still scores that "
+        "baseline)",
+    ),
+    "trainer.compile_dynamic": (
+        False,
+        "trainer.compile=true rounds batch widths to data.pad_multiple (symbolic widths ran at "
+        "0.92x eager)",
+    ),
+    "align.shift": (False, "align.mode=shift says it"),
+    "align.full_context": (False, "align.mode=full says it"),
+}
+
+
+def removed_message(key: str) -> str:
+    return f"{key} was removed: {REMOVED[key][1]}; its figures are in docs/experiments.md"
+
+
+def refuse_removed(overrides: Iterable[str]) -> None:
+    """A command line's ``key=value`` (``+key=``, ``~key``) of a removed option: a UserError."""
+    for override in overrides:
+        key = override.lstrip("+~").split("=", 1)[0]
+        if key in REMOVED:
+            raise UserError(removed_message(key))
+
+
+def run_folder(path: str | Path) -> Path:
+    """The run directory of ``path``: itself, or the run a checkpoint file belongs to."""
+    path = Path(path)
+    if path.is_dir():
+        return path
+    return path.parent.parent if path.parent.name == "checkpoints" else path.parent
+
+
+def load_run_config(run_dir: str | Path, resuming: bool = False) -> DictConfig:
+    """``RUN_DIR/config.yaml`` (of a run directory, or of the run a checkpoint belongs to) in
+    today's keys.
+
+    A removed option at its usual value is dropped. At another value the run was trained in a
+    way that no longer exists: resuming it is refused, and so is reading its ``align`` block
+    (how its heads are read); decoding and scoring its model drop the key.
+    """
+    path = run_folder(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{run_dir} has no config.yaml; pass a run directory written by scripts/train.py"
+        )
+    cfg = OmegaConf.load(path)
+    for key, (usual, _) in REMOVED.items():
+        group, name = key.split(".")
+        block = cfg.get(group)
+        if not isinstance(block, DictConfig) or name not in block:
+            continue
+        if block[name] != usual and (resuming or group == "align"):
+            raise UserError(
+                f"{path}: {key}={block[name]}: this run was trained with an option that "
+                f"{removed_message(key)}"
+            )
+        block.pop(name)
+    return cfg
