@@ -32,7 +32,7 @@ that development set alone, and prints the ceiling beside them: eflomal's own li
 teacher) turned into per-row distributions and read back by the same methods, against the gold
 (with ``--by-length``, the ceiling's lengths too). With two directions, each direction's head is
 read by every method (its own tau) and each pair of readings is symmetrized; the two heads'
-matrices are also merged cell by cell (average, geometric mean) and read by every method
+matrices are also merged cell by cell (geometric mean) and read by every method
 (tau chosen on the dev set's merged matrices). The dev set names the one combination to report;
 with ``--by-length`` that combination's AER minus eflomal's is printed per length bucket too
 (where a gap to the teacher lives, apart from the gold set's own rise with length).
@@ -54,7 +54,6 @@ from machine import describe  # benchmarks/machine.py
 from transformer_mt.align.eflomal import EFLOMAL_TOKENIZE, align_corpus, corpus_key
 from transformer_mt.align.extract import (
     EXTRACTIONS,
-    MERGES,
     TUNING_GRID,
     Extraction,
     merge_directions,
@@ -252,7 +251,7 @@ def combine_directions(
             read by ``method``, both in the first direction's (source, target) order.
         dev_pairs: per method, (forward, backward) links of the dev set, read the same way.
         matrices: (forward, backward) word matrices of the scored pairs, both (W_tgt, W_src) in
-            the first direction: merged by each of ``MERGES`` and read by each method, its tau
+            the first direction: merged (geometric mean) and read by each method, its tau
             chosen on ``dev_matrices`` merged the same way (needs the dev set).
 
     Returns:
@@ -270,17 +269,16 @@ def combine_directions(
                 combined = [symmetrize(f, b, how) for f, b in zip(dev_forward, dev_backward)]
                 on_dev[label] = corpus_scores(combined, dev_gold)[0]
     if matrices is not None and dev_matrices is not None:
-        for how in MERGES:
-            merged = [merge_directions(f, b, how) for f, b in zip(*matrices)]
-            dev_merged = [merge_directions(f, b, how) for f, b in zip(*dev_matrices)]
-            for method in EXTRACTIONS:
-                tau = tune(dev_merged, dev_gold, method)[0] if method in TUNING_GRID else None
-                extraction = Extraction(method, tau)
-                label = f"{prefix}: {how}, {extraction.name}"
-                links = [extraction.links(m) for m in merged]
-                rows.append((label, links, corpus_scores(links, gold)))
-                dev_links = [extraction.links(m) for m in dev_merged]
-                on_dev[label] = corpus_scores(dev_links, dev_gold)[0]
+        merged = [merge_directions(f, b) for f, b in zip(*matrices)]
+        dev_merged = [merge_directions(f, b) for f, b in zip(*dev_matrices)]
+        for method in EXTRACTIONS:
+            tau = tune(dev_merged, dev_gold, method)[0] if method in TUNING_GRID else None
+            extraction = Extraction(method, tau)
+            label = f"{prefix}: product, {extraction.name}"
+            links = [extraction.links(m) for m in merged]
+            rows.append((label, links, corpus_scores(links, gold)))
+            dev_links = [extraction.links(m) for m in dev_merged]
+            on_dev[label] = corpus_scores(dev_links, dev_gold)[0]
     if not on_dev:
         return rows, None
     best = min(on_dev, key=on_dev.get)

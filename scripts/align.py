@@ -33,7 +33,7 @@ target word) or ``grow-diag`` (grow-diag-final-and of the row and column argmaxe
 tau). Choose tau on a development set, never on the test set:
 
     # tune on XL-WA dev, then score and write the test set with the tuned threshold
-    python scripts/align.py RUN --head guided --tune-on xlwa:$DATA/word_alignment_gold_esen_xlwa/orig/dev.tsv
+    python scripts/align.py RUN --head guided --tune-on xlwa:$TRANSFORMER_MT_DATA/word_alignment_gold_esen_xlwa/orig/dev.tsv
     python scripts/align.py RUN --head guided --method threshold --src ... --tgt ... --gold ... --output out.align
 
 ``--tune-on`` records tau in ``RUN_DIR/align/extraction.json`` (given alone, without ``--src``
@@ -42,18 +42,14 @@ tau). Choose tau on a development set, never on the test set:
 is scored on the written head.
 
 ``--reverse-run RUN_EN_ES`` adds a model trained the other way: its head (the same ``--head``,
-resolved in that run) aligns the same pairs turned round, read by the same ``--method`` (its tau:
-``--threshold``, else the one tuned for that run by ``align.py RUN_EN_ES --tune-on``, else this
-run's), and the two directions are symmetrized (``--symmetrize grow-diag-final-and`` or
-``intersect``); ``--output`` then writes the symmetrized links. ``--symmetrize product`` (or
-``average``) merges the two heads' matrices cell by cell first (their geometric mean: a link
-must be likely both ways; or their mean) and reads the merged matrix by ``--method``; its tau is
-tuned for the pair on a development set:
+resolved in that run) aligns the same pairs turned round, the two heads' word matrices are
+merged cell by cell (their geometric mean: a link must be likely both ways) and the merged
+matrix is read by ``--method`` (default grow-diag with the tau tuned for the pair, the
+development sets' choice); ``--output`` writes those links:
 
-    python scripts/align.py RUN --reverse-run RUN_EN_ES --head guided --symmetrize product \
-        --tune-on xlwa:$DATA/word_alignment_gold_esen_xlwa/orig/dev.tsv
-    python scripts/align.py RUN --reverse-run RUN_EN_ES --head guided --symmetrize product \
-        --method grow-diag --src ... --tgt ... --output both.align
+    python scripts/align.py RUN --reverse-run RUN_EN_ES --head guided \
+        --tune-on xlwa:$TRANSFORMER_MT_DATA/word_alignment_gold_esen_xlwa/orig/dev.tsv
+    python scripts/align.py RUN --reverse-run RUN_EN_ES --head guided --src ... --tgt ... --output both.align
 """
 
 from __future__ import annotations
@@ -64,12 +60,11 @@ from pathlib import Path
 
 from transformer_mt.align.extract import (
     EXTRACTIONS,
-    MERGES,
+    MERGED_RECORD,
     RECORD,
     TUNING_GRID,
     Extraction,
     merge_directions,
-    merged_record,
     record_folder,
     save_tuned,
     tune,
@@ -85,7 +80,6 @@ from transformer_mt.align.links import (
     corpus_scores,
     format_pharaoh,
     swap,
-    symmetrize,
 )
 from transformer_mt.align.reading import (
     MODES,
@@ -165,16 +159,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--reverse-run",
         type=Path,
-        help="a run trained the other way: its links are symmetrized with this run's",
+        help="a run trained the other way: its head's matrices are merged with this run's "
+        "(geometric mean) and read by --method (default with it: grow-diag)",
     )
-    parser.add_argument(
-        "--symmetrize",
-        default="grow-diag-final-and",
-        choices=["grow-diag-final-and", "intersect", *MERGES],
-        help="how --reverse-run's direction is combined: its links with this run's "
-        "(grow-diag-final-and, the default; intersect), or its matrices merged with this run's "
-        "before --method reads them (product: geometric mean; average)",
-    )
+    parser.add_argument("--symmetrize", help=argparse.SUPPRESS)  # removed: refused by name
     parser.add_argument(
         "--mode",
         default="causal",
@@ -197,12 +185,14 @@ def parse_args() -> argparse.Namespace:
                 f"--tune-on {args.tune_on!r}: expected xlwa:FILE.tsv or graca:FOLDER (a development "
                 f"gold set; never the test set you report)"
             )
-        if args.reverse_run is not None and args.symmetrize not in MERGES:
-            parser.error(
-                f"--tune-on with --reverse-run tunes tau of merged matrices (--symmetrize "
-                f"{' or '.join(MERGES)}); --symmetrize {args.symmetrize} combines each run's "
-                f"own links: tune each run alone (align.py RUN --tune-on ...)"
-            )
+    if args.symmetrize is not None:
+        raise UserError(
+            f"--symmetrize {args.symmetrize} was removed: --reverse-run merges the two heads' "
+            "matrices by their geometric mean, read by --method (default grow-diag), which beat "
+            "every other combination (docs/experiments.md)"
+        )
+    if args.reverse_run is not None and args.method is None:
+        args.method = "grow-diag"  # what the development sets chose for the merged pair
     return args
 
 
@@ -268,11 +258,9 @@ def main() -> None:
         compare_methods(attention, gold, reading, save_dir(args), sources)
     how = f"{extraction.name}, {reading.mode}"
     if args.reverse_run is not None:
-        # word matrices only where a merge is read (asked for, or scored beside the gold)
-        needed = gold is not None or args.symmetrize in MERGES
-        forward = (links, matrices(attention, reading) if needed else None)
+        forward = (links, matrices(attention, reading))
         links, both = both_directions(args, forward, sources, targets, gold, extraction)
-        how = f"{reading.mode}, {both}" if args.symmetrize in MERGES else f"{how}, {both}"
+        how = f"{reading.mode}, {both}"
     if args.output is not None:
         args.output.write_text("".join(format_pharaoh(ls) + "\n" for ls in links), encoding="utf-8")
         print(f"wrote {args.output}: layer:head {chosen.name}, {how}")
@@ -347,11 +335,11 @@ def tune_extraction(args: argparse.Namespace, model, tokenizer) -> None:
     _, reading = output_links(args, args.run_dir, attention, dev.gold, None, Extraction())
     rows = matrices(attention, reading)
     what, record = reading.name, RECORD
-    if args.reverse_run is not None:  # the pair's merged matrices (--symmetrize product/average)
+    if args.reverse_run is not None:  # the pair's merged matrices
         theirs, their_reading = reverse_matrices(args, dev.sources, dev.targets, swap(dev.gold))
-        rows = [merge_directions(f, b, args.symmetrize) for f, b in zip(rows, theirs)]
-        what = f"{reading.name}, {args.symmetrize} with {args.reverse_run}'s {their_reading.name}"
-        record = merged_record(args.symmetrize)
+        rows = [merge_directions(f, b) for f, b in zip(rows, theirs)]
+        what = f"{reading.name}, merged with {args.reverse_run}'s {their_reading.name}"
+        record = MERGED_RECORD
     chosen, tables = {}, {}
     print(
         f"\ntuning on {args.tune_on} ({len(dev)} pairs{f', {dropped} left out' if dropped else ''}), {what}:"
@@ -387,9 +375,9 @@ def reverse_matrices(args, sources, targets, reverse_gold):
 def both_directions(
     args, forward: tuple[list, list | None], sources, targets, gold, extraction: Extraction
 ) -> tuple[list, str]:
-    """``--reverse-run``: its head on the pairs turned round, combined with ``forward`` (this
-    run's links and word matrices) by ``--symmetrize``; with gold, each direction and every
-    combination scored. Returns the combined links and how they were made."""
+    """``--reverse-run``: its head on the pairs turned round, its word matrices merged with
+    ``forward``'s (this run's links and word matrices) and read by the merged pair's tau; with
+    gold, each direction and the merged pair scored. Returns the merged links and how."""
     forward_links, forward_rows = forward
     reverse_gold = swap(gold) if gold is not None else None
     backward_rows, reading = reverse_matrices(args, sources, targets, reverse_gold)
@@ -400,31 +388,22 @@ def both_directions(
     # read in its own direction (a column argmax there is a row argmax here), turned back
     backward = [{(i, j) for j, i in theirs.links(m.T)} for m in backward_rows]
     print(f"reverse run: links of {reading.name} read by {theirs.name}")
-    merged = {}  # merge -> (its extraction, links): the one asked for, every one with gold
-    for how in MERGES if gold is not None else {args.symmetrize} & set(MERGES):
-        record = merged_record(how)
-        own = Extraction.for_run(extraction.method, args.threshold, save_dir(args), record)
-        if own.source == "default" and how == args.symmetrize:
-            print(
-                f"note: no tau tuned for {how}-merged matrices: {own.name} (tune it with "
-                f"--reverse-run {args.reverse_run} --symmetrize {how} --tune-on FORMAT:DEV)"
-            )
-        rows = [merge_directions(f, b, how) for f, b in zip(forward_rows, backward_rows)]
-        merged[how] = (own, [own.links(m) for m in rows])
-    if args.symmetrize in MERGES:
-        own, combined = merged[args.symmetrize]
-        print(f"merged by {args.symmetrize}, read by {own.name} ({own.source})")
-        made = f"{args.symmetrize} with --reverse-run, read by {own.name}"
-    else:
-        combined = [symmetrize(f, b, args.symmetrize) for f, b in zip(forward_links, backward)]
-        made = f"{args.symmetrize} with --reverse-run"
+    own = Extraction.for_run(extraction.method, args.threshold, save_dir(args), MERGED_RECORD)
+    if own.source == "default":
+        print(
+            f"note: no tau tuned for the merged pair: {own.name} (tune it with --reverse-run "
+            f"{args.reverse_run} --tune-on FORMAT:DEV)"
+        )
+    merged = [merge_directions(f, b) for f, b in zip(forward_rows, backward_rows)]
+    combined = [own.links(m) for m in merged]
+    print(f"merged by their geometric mean, read by {own.name} ({own.source})")
+    made = f"merged with --reverse-run, read by {own.name}"
     if gold is not None:
-        rows = [("forward", forward_links), ("reverse", backward)]
-        rows += [
-            (m, [symmetrize(f, b, m) for f, b in zip(forward_links, backward)])
-            for m in ("intersect", "grow-diag-final-and")
+        rows = [
+            ("forward", forward_links),
+            ("reverse", backward),
+            (f"merged, {own.name}", combined),
         ]
-        rows += [(f"{how}, {own.name}", links) for how, (own, links) in merged.items()]
         print(f"{'direction':<22} {'AER':>6} {'P':>6} {'R':>6}  by source length")
         for name, links in rows:
             aer, p, r = corpus_scores(links, gold)

@@ -219,13 +219,12 @@ CASES = {
         {},
         r"--gold scores --src/--tgt: pass them, or tune alone",
     ),
-    "align --tune-on with --reverse-run but links symmetrized": (
+    "align --symmetrize, removed": (
         "align.py",
-        lambda p: [p.run, "--tune-on", f"xlwa:{p.tmp / 'dev.tsv'}", "--reverse-run", p.run],
+        lambda p: [p.run, "--limit", "5", "--reverse-run", p.run, "--symmetrize", "average"],
         {},
-        r"--tune-on with --reverse-run tunes tau of merged matrices \(--symmetrize average or "
-        r"product\); --symmetrize grow-diag-final-and combines each run's own links: tune each "
-        r"run alone",
+        r"--symmetrize average was removed: --reverse-run merges the two heads' matrices by "
+        r"their geometric mean",
     ),
     "align --reverse-run translating the same way": (
         "align.py",

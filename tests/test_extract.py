@@ -127,21 +127,17 @@ def test_tune_reads_nothing_but_what_it_is_given(monkeypatch):
     )
 
 
-def test_two_directions_merge_cell_by_cell_by_mean_or_geometric_mean():
+def test_two_directions_merge_cell_by_cell_by_their_geometric_mean():
     forward = torch.tensor([[0.6, 0.4], [0.6, 0.4]])  # both target words on source word 0
     backward = torch.tensor([[0.9, 0.2], [0.1, 0.8]])  # columns: each source word's attention
-    average = merge_directions(forward, backward, "average")
-    assert torch.allclose(average, torch.tensor([[0.75, 0.3], [0.35, 0.6]]))
-    product = merge_directions(forward, backward, "product")
+    product = merge_directions(forward, backward)
     expected = torch.tensor([[0.54, 0.08], [0.06, 0.32]]).sqrt()
     assert torch.allclose(product, expected)
     # the reverse direction's opinion moves target word 1 to source word 1
     assert hard_alignment(forward) == {(0, 0), (0, 1)}
-    assert hard_alignment(average) == hard_alignment(product) == {(0, 0), (1, 1)}
+    assert hard_alignment(product) == {(0, 0), (1, 1)}
     with pytest.raises(ValueError, match=r"forward matrix \(2, 2\) and turned-round reverse"):
-        merge_directions(forward, backward[:, :1], "average")
-    with pytest.raises(ValueError, match="unknown merge 'max': use average, product"):
-        merge_directions(forward, backward, "max")
+        merge_directions(forward, backward[:, :1])
 
 
 def test_teacher_rows_read_back_give_the_teachers_links_where_each_method_can():

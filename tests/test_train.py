@@ -561,7 +561,7 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
 
     from omegaconf import OmegaConf
 
-    from transformer_mt.align.links import read_pharaoh, symmetrize
+    from transformer_mt.align.links import read_pharaoh
 
     _, out = small_run
     run = tmp_path / "run"
@@ -600,72 +600,30 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
     cfg = OmegaConf.load(reverse / "config.yaml")
     cfg.data.src_lang, cfg.data.tgt_lang = cfg.data.tgt_lang, cfg.data.src_lang
     (reverse / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    swapped = ("--src", tmp_path / "tgt", "--tgt", tmp_path / "src")
-    back = _script("align.py", reverse, *swapped, "--head", "1:1", "--output", tmp_path / "b")
-    forward = _script("align.py", run, *files, "--head", "1:1", "--output", tmp_path / "f")
-    both = _script(
-        "align.py",
-        run,
-        *files,
-        "--head",
-        "1:1",
-        "--reverse-run",
-        reverse,
-        "--output",
-        tmp_path / "both",
-    )
-    assert back.returncode == forward.returncode == both.returncode == 0, both.stderr
-    assert "grow-diag-final-and with --reverse-run" in both.stdout
-    assert "intersect" in both.stdout and "reverse" in both.stdout
-    expected = [
-        symmetrize(f, {(i, j) for j, i in b})
-        for f, b in zip(links(tmp_path / "f"), links(tmp_path / "b"))
-    ]
-    assert links(tmp_path / "both") == expected
-    # each direction is read with its own tuned tau: the reverse run's record, not this run's
-    record = {"parameters": {"grow-diag": 0.3}, "tuned_on": "a dev set"}
-    (reverse / "align").mkdir(exist_ok=True)
-    (reverse / "align" / "extraction.json").write_text(json.dumps(record))
-    grow = ("--head", "1:1", "--method", "grow-diag")
-    back = _script("align.py", reverse, *swapped, *grow, "--output", tmp_path / "gb")
-    forward = _script("align.py", run, *files, *grow, "--output", tmp_path / "gf")
-    both = _script(
-        "align.py",
-        run,
-        *files,
-        *grow,
-        "--reverse-run",
-        reverse,
-        "--symmetrize",
-        "intersect",
-        "--output",
-        tmp_path / "gboth",
-    )
-    assert back.returncode == forward.returncode == both.returncode == 0, both.stderr
-    reverse_line = next(ln for ln in both.stdout.splitlines() if ln.startswith("reverse run:"))
-    assert reverse_line.endswith("read by grow-diag 0.3"), reverse_line
-    expected = [
-        symmetrize(f, {(i, j) for j, i in b}, "intersect")
-        for f, b in zip(links(tmp_path / "gf"), links(tmp_path / "gb"))
-    ]
-    assert links(tmp_path / "gboth") == expected
-    # merged matrices: tau tuned for the pair on the dev set (its own record), then used
-    merge = ("--reverse-run", reverse, "--symmetrize", "product")
-    tuned = _script(
-        "align.py", run, "--head", "1:1", *merge, "--tune-on", f"xlwa:{tmp_path / 'dev.tsv'}"
-    )
+    # merged matrices: tau tuned for the pair on the dev set (its own record), then used with
+    # no flag to remember: geometric mean, grow-diag at the pair's tau
+    merge = ("--head", "1:1", "--reverse-run", reverse)
+    tuned = _script("align.py", run, *merge, "--tune-on", f"xlwa:{tmp_path / 'dev.tsv'}")
     assert tuned.returncode == 0, tuned.stderr
     record = json.loads((run / "align" / "extraction_product.json").read_text())
-    assert "product with" in record["tuned_on"] and set(record["parameters"]) == {
+    assert "merged with" in record["tuned_on"] and set(record["parameters"]) == {
         "threshold",
         "grow-diag",
     }
     tau = record["parameters"]["grow-diag"]
-    both = _script("align.py", run, *files, *grow, *merge, "--output", tmp_path / "mboth")
+    # the reverse run's own links are read with its own tuned tau, not this run's
+    (reverse / "align").mkdir(exist_ok=True)
+    mine = {"parameters": {"grow-diag": 0.3}, "tuned_on": "a dev set"}
+    (reverse / "align" / "extraction.json").write_text(json.dumps(mine))
+    both = _script("align.py", run, *files, *merge, "--output", tmp_path / "mboth")
     assert both.returncode == 0, both.stderr
-    assert f"merged by product, read by grow-diag {tau:g} (tuned on xlwa:" in both.stdout
-    assert f"product, grow-diag {tau:g}" in both.stdout  # scored beside the hard combinations
-    assert f"product with --reverse-run, read by grow-diag {tau:g}" in both.stdout
+    reverse_line = next(ln for ln in both.stdout.splitlines() if ln.startswith("reverse run:"))
+    assert reverse_line.endswith("read by grow-diag 0.3"), reverse_line
+    assert f"merged by their geometric mean, read by grow-diag {tau:g} (tuned on xlwa:" in (
+        both.stdout
+    )
+    assert f"merged, grow-diag {tau:g}" in both.stdout  # scored beside each direction
+    assert f"merged with --reverse-run, read by grow-diag {tau:g}" in both.stdout
     # by hand: both heads' word matrices (the reverse run reads the pairs turned round),
     # geometric mean, grow-diag at the tuned tau
     from transformer_mt.align.extract import Extraction, merge_directions
@@ -680,10 +638,12 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
     ours = [head_rows(w, reading)[:, :-1] for w in attend_corpus(model, tokenizer, es, en).causal]
     theirs = [head_rows(w, reading)[:, :-1] for w in attend_corpus(model, tokenizer, en, es).causal]
     expected = [
-        Extraction("grow-diag", tau).links(merge_directions(f, b.T, "product"))
-        for f, b in zip(ours, theirs)
+        Extraction("grow-diag", tau).links(merge_directions(f, b.T)) for f, b in zip(ours, theirs)
     ]
     assert links(tmp_path / "mboth") == expected
+    # the hard-link combinations that lost are refused by name
+    refused = _script("align.py", run, *files, *merge, "--symmetrize", "intersect")
+    assert refused.returncode == 2 and "--symmetrize intersect was removed" in refused.stderr
 
 
 @pytest.mark.slow
