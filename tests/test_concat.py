@@ -43,69 +43,41 @@ def pieces(ids: list[int], link_pairs: np.ndarray) -> set[tuple[int, int]]:
     return {(int(s), int(t)) for s, t in link_pairs.reshape(-1, 2)}
 
 
-def test_joined_pairs_keep_their_eos_and_carry_offset_links():
-    built = join_rows(TokenRows(split()), [np.array([0, 2]), np.array([1, 0, 1])], "eos")
+def test_joined_pairs_are_separated_by_bos_and_carry_offset_links():
+    built = join_rows(TokenRows(split()), [np.array([0, 2]), np.array([1, 0, 1])])
     assert built["src_len"].tolist() == [7, 7]
-    assert built["src_ids"][:7].tolist() == [10, 11, EOS_ID, 13, 14, 15, EOS_ID]
-    assert built["tgt_ids"][:7].tolist() == [20, 21, 22, EOS_ID, 24, 25, EOS_ID]
+    assert built["src_ids"][:7].tolist() == [10, 11, BOS_ID, 13, 14, 15, EOS_ID]
+    assert built["tgt_ids"][:7].tolist() == [20, 21, 22, BOS_ID, 24, 25, EOS_ID]
     assert built["links_len"].tolist() == [4 + 6, 2 + 4 + 2]
     first = built["links"][:10].reshape(-1, 2).tolist()
-    # pair 0 as it was; pair 2 moved by 3 source and 4 target pieces
+    # pair 0 as it was; pair 2 moved by 3 source and 4 target pieces (the separator counts)
     assert first == [[0, 0], [1, 2], [5, 4], [3, 5], [4, 5]]
     second = built["links"][10:].reshape(-1, 2).tolist()
     # pair 1 at 0, pair 0 after 2/2 pieces, pair 1 again after 2+3 / 2+4
     assert second == [[0, 0], [2, 2], [3, 4], [5, 6]]
-    assert built["src_ids"][7:].tolist() == [12, EOS_ID, 10, 11, EOS_ID, 12, EOS_ID]
+    assert built["src_ids"][7:].tolist() == [12, BOS_ID, 10, 11, BOS_ID, 12, EOS_ID]
 
 
-def test_joined_without_boundary_drops_inner_eos_and_links_still_point_at_the_same_pieces():
-    built = join_rows(TokenRows(split()), [np.array([0, 2, 1])], "none")
-    src, tgt = built["src_ids"].tolist(), built["tgt_ids"].tolist()
-    assert src == [10, 11, 13, 14, 15, 12, EOS_ID]
-    assert tgt == [20, 21, 22, 24, 25, 23, EOS_ID]
-    originals = {0: (PAIRS[0], 0, 0), 2: (PAIRS[2], 2, 3), 1: (PAIRS[1], 5, 5)}
-    expected = set()
-    for pair, s_off, t_off in originals.values():
-        for s, t in np.array(pair["links"]).reshape(-1, 2):
-            expected.add((pair["src_ids"][s], pair["tgt_ids"][t]))
-            assert src[s + s_off] == pair["src_ids"][s] and tgt[t + t_off] == pair["tgt_ids"][t]
-    got = {(src[s], tgt[t]) for s, t in built["links"].reshape(-1, 2)}
-    assert got == expected
-
-
-def test_a_source_boundary_keeps_the_source_eos_and_joins_the_target():
-    built = join_rows(TokenRows(split()), [np.array([0, 2])], "source")
-    src, tgt = built["src_ids"].tolist(), built["tgt_ids"].tolist()
-    assert src == [10, 11, EOS_ID, 13, 14, 15, EOS_ID]
-    assert tgt == [20, 21, 22, 24, 25, EOS_ID]
-    # pair 2 moved by 3 source pieces (EOS included) and 3 target pieces (no EOS)
-    assert built["links"].reshape(-1, 2).tolist() == [[0, 0], [1, 2], [5, 3], [3, 4], [4, 4]]
-    for s, t in built["links"].reshape(-1, 2):
-        assert src[s] != EOS_ID and tgt[t] != EOS_ID
-
-
-def test_a_separator_boundary_puts_bos_between_parts_and_moves_links_as_eos_does():
+def test_links_point_at_the_same_pieces_and_never_at_a_separator():
     plan = [np.array([0, 2, 1]), np.array([1, 0])]
-    built = join_rows(TokenRows(split()), plan, "sep")
-    with_eos = join_rows(TokenRows(split()), plan, "eos")
+    built = join_rows(TokenRows(split()), plan)
     src, tgt = built["src_ids"].tolist(), built["tgt_ids"].tolist()
     assert src == [10, 11, BOS_ID, 13, 14, 15, BOS_ID, 12, EOS_ID, 12, BOS_ID, 10, 11, EOS_ID]
     assert tgt == [20, 21, 22, BOS_ID, 24, 25, BOS_ID, 23, EOS_ID, 23, BOS_ID, 20, 21, 22, EOS_ID]
-    # the same pieces as with EOS kept, the separator where an inner EOS was
-    eos_src = np.array(with_eos["src_ids"])
-    assert np.array_equal(
-        np.where(eos_src == EOS_ID, -1, eos_src),
-        np.where(np.isin(built["src_ids"], [EOS_ID, BOS_ID]), -1, built["src_ids"]),
-    )
-    assert built["links"].tolist() == with_eos["links"].tolist()
-    assert built["src_len"].tolist() == with_eos["src_len"].tolist() == [9, 5]
+    originals = [(PAIRS[0], 0, 0), (PAIRS[2], 3, 4), (PAIRS[1], 7, 7)]
+    expected = set()
+    for pair, s_off, t_off in originals:
+        for s, t in np.array(pair["links"]).reshape(-1, 2):
+            expected.add((pair["src_ids"][s], pair["tgt_ids"][t]))
+            assert src[s + s_off] == pair["src_ids"][s] and tgt[t + t_off] == pair["tgt_ids"][t]
     first = built["links"][: built["links_len"][0]].reshape(-1, 2)  # positions in example 0
-    assert len(first) == 6
+    assert {(src[s], tgt[t]) for s, t in first} == expected
     for s, t in first:
         assert src[s] not in (BOS_ID, EOS_ID) and tgt[t] not in (BOS_ID, EOS_ID)
     # the parts themselves are untouched (the mark is written into a copy)
-    again = join_rows(TokenRows(split()), plan, "eos")
-    assert again["src_ids"].tolist() == with_eos["src_ids"].tolist()
+    rows = TokenRows(split())
+    join_rows(rows, plan)
+    assert rows.__getitems__(np.array([0])).src.tolist() == PAIRS[0]["src_ids"]
 
 
 def test_plan_respects_max_len_and_draws_two_to_max_parts():
@@ -127,7 +99,7 @@ def test_join_pairs_appends_numbered_rows_and_leaves_the_pairs_alone():
     assert len(joined) == 30 + 15
     assert joined[:30]["src_ids"] == train["src_ids"]
     assert min(joined[30:]["index"]) > max(train["index"])
-    # the default boundary: one EOS last, a separator between every two parts
+    # one EOS last, a separator between every two parts
     for row in joined[30:]["src_ids"]:
         assert row.count(EOS_ID) == 1 and row[-1] == EOS_ID and row.count(BOS_ID) >= 1
     assert joined.features == train.features
@@ -158,7 +130,6 @@ def test_length_histogram_of_a_built_split_contains_the_joined_lengths():
     [
         ({"share": -0.1}, "data.concat.share must be 0 or more"),
         ({"max_parts": 1}, "data.concat.max_parts must be 2 or more"),
-        ({"boundary": "bos"}, "data.concat.boundary must be 'eos', 'source', 'none' or 'sep'"),
         ({"share": 0.1, "until_step": 0}, "data.concat.until_step must be 1 or more"),
         ({"until_step": 700}, "data.concat.share is 0, so there are none"),
     ],

@@ -95,10 +95,6 @@ class ConcatConfig:
 
     share: float = 0.0  # joined examples added per training pair: 0 none, 0.1 one per ten pairs
     max_parts: int = 5  # each joins 2..max_parts random training pairs (fewer if over max_len)
-    # between parts: "eos" (each keeps its EOS), "source" (the source parts keep theirs, the
-    # target parts are joined without), "none" (the pieces joined on both sides) or "sep"
-    # (each inner EOS becomes <s> on both sides: a separator decoding never writes)
-    boundary: str = "sep"
     # the last optimizer step that may draw a joined example (null: every step): the steps
     # after it train on the plain pairs only, so that a run ends on the lengths it is tested on
     until_step: int | None = None
@@ -119,11 +115,6 @@ class ConcatConfig:
             )
         if self.max_parts < 2:
             raise UserError(f"data.concat.max_parts must be 2 or more, got {self.max_parts}")
-        if self.boundary not in ("eos", "source", "none", "sep"):
-            raise UserError(
-                "data.concat.boundary must be 'eos', 'source', 'none' or 'sep', "
-                f"got {self.boundary!r}"
-            )
 
 
 @dataclass
