@@ -553,10 +553,23 @@ def test_align_cli_on_the_demo_gold(small_run) -> None:
     assert "uncovered" in result.stdout
 
 
+def _copied_run_and_files(out, tmp_path) -> tuple:
+    """A copy of the small run (nothing recorded in its align/) and two ES->EN pairs with gold:
+    the run and align.py's --src/--tgt/--gold."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(out, run, ignore=shutil.ignore_patterns("align"))
+    (tmp_path / "src").write_text("el gato negro\nla casa\n")
+    (tmp_path / "tgt").write_text("the black cat\nthe house\n")
+    (tmp_path / "gold").write_text("0-1 1-2 2-0\n0-0 1-1\n")
+    return run, ("--src", tmp_path / "src", "--tgt", tmp_path / "tgt", "--gold", tmp_path / "gold")
+
+
 @pytest.mark.slow
 def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None:
     """--method with a threshold, --tune-on a dev set (recorded, then used), --reverse-run:
-    the written links are the two directions' links symmetrized."""
+    the written links are the two heads' merged matrices read at the pair's tuned tau."""
     import shutil
 
     from omegaconf import OmegaConf
@@ -564,13 +577,8 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
     from transformer_mt.align.links import read_pharaoh
 
     _, out = small_run
-    run = tmp_path / "run"
-    shutil.copytree(out, run, ignore=shutil.ignore_patterns("align"))
-    (tmp_path / "src").write_text("el gato negro\nla casa\n")
-    (tmp_path / "tgt").write_text("the black cat\nthe house\n")
-    (tmp_path / "gold").write_text("0-1 1-2 2-0\n0-0 1-1\n")
+    run, files = _copied_run_and_files(out, tmp_path)
     (tmp_path / "dev.tsv").write_text("the black cat\tel gato negro\t0-0 1-2 2-1\n")
-    files = ("--src", tmp_path / "src", "--tgt", tmp_path / "tgt", "--gold", tmp_path / "gold")
     links = lambda path: [read_pharaoh(line)[0] for line in path.read_text().splitlines()]  # noqa: E731
 
     tuned = _script("align.py", run, "--head", "1:1", "--tune-on", f"xlwa:{tmp_path / 'dev.tsv'}")
@@ -650,15 +658,8 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
 def test_align_cli_on_a_checkpoint_records_where_the_run_looks(small_run, tmp_path) -> None:
     """align.py RUN/checkpoints/last.ckpt keeps its records in RUN/align, where --head best
     and the tuned tau are looked up (record_folder), not in RUN/checkpoints/align."""
-    import shutil
-
     _, out = small_run
-    run = tmp_path / "run"
-    shutil.copytree(out, run, ignore=shutil.ignore_patterns("align"))
-    (tmp_path / "src").write_text("el gato negro\nla casa\n")
-    (tmp_path / "tgt").write_text("the black cat\nthe house\n")
-    (tmp_path / "gold").write_text("0-1 1-2 2-0\n0-0 1-1\n")
-    files = ("--src", tmp_path / "src", "--tgt", tmp_path / "tgt", "--gold", tmp_path / "gold")
+    run, files = _copied_run_and_files(out, tmp_path)
     scored = _script("align.py", run / "checkpoints" / "last.ckpt", *files)
     assert scored.returncode == 0, scored.stderr
     assert (run / "align" / "best_head.json").is_file()
