@@ -242,9 +242,7 @@ def main() -> None:
         best_head = head_grid(attention, gold, save_dir(args), what)
     if args.tune_on is not None:
         tune_extraction(args, model, tokenizer)
-    if args.method is None and args.head == "best" and best_head is not None:
-        args.method = best_head.method  # the head just chosen, read as it scored best
-    method = head_method(args.head, args.method, args.run_dir)
+    method = head_method(args.head, args.method, args.run_dir, best_head)
     extraction = Extraction.for_run(method, args.threshold, save_dir(args))
     if args.output is None and args.reverse_run is None and gold is None:
         return

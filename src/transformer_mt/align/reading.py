@@ -137,12 +137,17 @@ class BestHead:
         return cls(record["layer"], record["head"], record["reading"], record["aer"])
 
 
-def head_method(head: str | None, method: str | None, run_dir: Path) -> str:
+def head_method(
+    head: str | None, method: str | None, run_dir: Path, best: BestHead | None = None
+) -> str:
     """The extraction method of ``--head head --method method``: an explicit method, else the
-    recorded best head's own (``--head best``), else argmax."""
+    best head's own for ``--head best`` (``best``, one just chosen, else the run's record),
+    else argmax."""
     if method is not None:
         return method
-    return BestHead.load(run_dir).method if head == "best" else "argmax"
+    if head != "best":
+        return "argmax"
+    return (best or BestHead.load(run_dir)).method
 
 
 def parse_head(
