@@ -5,15 +5,16 @@ r"""Draw a trained model's cross-attention for one sentence as labelled heatmaps
 
     # teacher-force a given target; SVG as well as PNG; decoder layer 2
     python scripts/plot_alignment.py RUN_DIR --src "el gato negro" --tgt "the black cat" \
-        --layer 2 --format png svg --out plots/cat
+        --head 2 --format png svg --out plots/cat
 
     # a beam-search hypothesis (the 2nd of beam 4's n-best) instead of the greedy translation,
     # and bertviz's interactive head and model views as HTML (pip install -e ".[bertviz]")
     python scripts/plot_alignment.py RUN_DIR --src "el gato negro duerme en casa" \
         --beam 4 --hypothesis 2 --html --html-unit words
 
-Writes ``<out>_layer<N>.<fmt>`` (one decoder layer, heads averaged: rows target words, columns
-source words, with a colour bar) and ``<out>_heads.<fmt>`` (every head of every layer), and
+Writes ``<out>_layer<N>.<fmt>`` (the head every command reads unless told: the run's guided
+head, else its recorded best, else the last layer's heads averaged; or ``--head``'s; rows target
+words, columns source words, with a colour bar) and ``<out>_heads.<fmt>`` (every head of every layer), and
 prints, per target word, the source word it attends to most. ``--html`` adds
 ``<out>_head_view.html`` and ``<out>_model_view.html``: encoder, decoder and cross-attention of
 every layer and head (bertviz; the pages load their scripts from a CDN).
@@ -22,6 +23,7 @@ every layer and head (bertviz; the pages load their scripts from a CDN).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from transformer_mt.align.reading import MODES, parse_head
@@ -30,6 +32,7 @@ from transformer_mt.checkpoint import load_model
 from transformer_mt.cli import ArgumentParser, report_user_errors
 from transformer_mt.decoding import DecodeConfig, translate
 from transformer_mt.errors import UserError
+from transformer_mt.run_config import refuse_removed
 from transformer_mt.viz.heatmaps import save_pair_heatmaps
 
 
@@ -45,23 +48,20 @@ def main() -> None:
     parser.add_argument(
         "--tgt", help="a target to teacher-force (default: the model's translation)"
     )
-    parser.add_argument("--layer", type=int, default=-1, help="decoder layer, 1-based or -1 (last)")
     parser.add_argument("--format", nargs="+", default=["png"], choices=["png", "svg", "pdf"])
     parser.add_argument("--out", type=Path, default=Path("alignment"), help="output path stem")
     parser.add_argument(
         "--head",
-        help="draw one head instead of the layer's mean: L:H (1-based), best (recorded by "
-        "scripts/align.py), or guided (the head the run trained with align.guided, read as "
-        "trained); overrides --layer",
+        help="L:H (1-based; negative from the end), L (the layer's heads averaged), best "
+        "(recorded by scripts/align.py) or guided (the head the run trained, read as trained); "
+        "default: guided if the run has one, else best if recorded, else the last layer",
     )
     parser.add_argument("--no-heads", action="store_true", help="skip the per-head grid")
     parser.add_argument(
         "--mode",
-        default="causal",
         choices=MODES,
-        help="the rows drawn: causal (the row that predicts each word), shift (the row where "
-        "it is the input) or full (with the whole target as context); --head best and guided "
-        "bring their own",
+        help="the rows drawn for L:H or L: causal (default: the row that predicts each word), "
+        "shift (the row where it is the input) or full (with the whole target as context)",
     )
     parser.add_argument(
         "--beam", type=int, default=1, help="draw a beam-search hypothesis (default 1: greedy)"
@@ -82,6 +82,7 @@ def main() -> None:
     parser.add_argument(
         "--average-last", type=int, default=1, help="average the last N checkpoints"
     )
+    refuse_removed(sys.argv[1:], flags=True)
     args = parser.parse_args()
     if not args.src.strip():
         parser.error("--src is empty")
@@ -103,10 +104,8 @@ def main() -> None:
         if len(found[0]) < args.hypothesis:
             raise UserError(f"beam {args.beam} found only {len(found[0])} hypotheses")
         target = found[0][args.hypothesis - 1].tokens
-    head = args.head if args.head is not None else str(args.layer)
-    reading = parse_head(
-        head, model.cfg.n_layers, model.cfg.n_heads, run_dir=args.run_dir, mode=args.mode
-    )
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    reading = parse_head(args.head, n_layers, n_heads, run_dir=args.run_dir, mode=args.mode)
     drawn = save_pair_heatmaps(
         model,
         tokenizer,

@@ -6,9 +6,10 @@
 Empty lines give empty lines, so the output always has as many lines as the input (times
 --n-best, whose lines read ``line ||| translation ||| score``). With --alignments each
 translation is followed by ``||| i-j ...``: source word i aligned to target word j, read from the
-last decoder layer's cross-attention, heads averaged, or from the head ``--head`` names (``L:H``,
-``L``, or ``best``: the one ``scripts/align.py`` found best against a gold set), one link per
-target word (``--method argmax``), or as ``--method intersect|threshold|grow-diag`` reads it.
+head every command reads unless told (the run's guided head, else the best head
+``scripts/align.py`` recorded, else the last layer's heads averaged) or the one ``--head`` names
+(``L:H``, ``L``, ``best``, ``guided``), by the run's tuned grow-diag if ``--tune-on`` recorded
+one, else one link per target word (``--method argmax``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from transformer_mt.align.extract import EXTRACTIONS, Extraction, record_folder
+from transformer_mt.align.extract import EXTRACTIONS
 from transformer_mt.align.links import format_pharaoh
-from transformer_mt.align.reading import MODES, head_method, parse_head
+from transformer_mt.align.reading import MODES, parse_head
 from transformer_mt.analysis.alignment import translation_links
 from transformer_mt.checkpoint import load_model
 from transformer_mt.cli import ArgumentParser, report_user_errors
@@ -27,6 +28,7 @@ from transformer_mt.decoding import DecodeConfig, quantize_for_decoding, transla
 from transformer_mt.deploy.ct2 import CT2Translator, attention_links
 from transformer_mt.distributed import refuse_several_processes
 from transformer_mt.errors import UserError
+from transformer_mt.run_config import refuse_removed
 
 
 def read_lines(path: Path | None) -> list[str]:
@@ -100,28 +102,27 @@ def main() -> None:
     )
     parser.add_argument(
         "--head",
-        default="-1",
         help="--alignments from L:H (1-based; negative from the end), L (heads averaged), best "
         "(recorded by scripts/align.py), or guided (the head the run trained with align.guided, "
-        "read as trained); default: the last layer, heads averaged",
+        "read as trained); default: guided if the run has one, else best if recorded, else the "
+        "last layer's heads averaged",
     )
     parser.add_argument(
         "--mode",
-        default="causal",
         choices=MODES,
-        help="the rows --alignments reads for L:H or L: causal (the row that predicts the "
-        "word), shift (the row where it is the input) or full (with the whole translation as "
-        "context); best and guided bring their own",
+        help="the rows --alignments reads for L:H or L: causal (default: the row that predicts "
+        "the word), shift (the row where it is the input) or full (with the whole translation "
+        "as context)",
     )
     parser.add_argument(
         "--method",
         choices=EXTRACTIONS,
-        help="how --alignments reads the head's weights: argmax (one link per target word), "
-        "intersect, threshold or grow-diag (tau: --threshold, else the run's tuned value from "
-        "scripts/align.py --tune-on, else the default); default: argmax, or for --head best "
-        "the method it scored best with",
+        help="how --alignments reads the head's weights: argmax (one link per target word) or "
+        "grow-diag (at --tau, else the run's tuned tau); default: the head's own (grow-diag if "
+        "scripts/align.py --tune-on recorded a tau for the run, else argmax)",
     )
-    parser.add_argument("--threshold", type=float, help="tau of --method threshold / grow-diag")
+    parser.add_argument("--tau", type=float, help="grow-diag's tau")
+    refuse_removed(sys.argv[1:], flags=True)
     args = parser.parse_args()
     if args.n_best > args.beam:
         parser.error(f"--n-best {args.n_best} cannot exceed --beam {args.beam}")
@@ -140,11 +141,8 @@ def main() -> None:
         translate_ct2(args, lines, cfg)
         return
     model, tokenizer, _ = load_model(args.run, average_last=args.average_last)
-    reading = parse_head(
-        args.head, model.cfg.n_layers, model.cfg.n_heads, run_dir=args.run, mode=args.mode
-    )
-    method = head_method(args.head, args.method, args.run)
-    extraction = Extraction.for_run(method, args.threshold, record_folder(args.run))
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    reading = parse_head(args.head, n_layers, n_heads, args.run, args.mode, args.method, args.tau)
     model = quantize_for_decoding(model, args.quantize)
     try:
         results = translate(
@@ -157,9 +155,7 @@ def main() -> None:
             text = option.text
             if args.alignments and option.tokens:
                 src_ids = tokenizer.encode([source])[0][: model.cfg.max_positions - 1]
-                links = translation_links(
-                    model, tokenizer, src_ids, option.tokens, reading, extraction
-                )
+                links = translation_links(model, tokenizer, src_ids, option.tokens, reading)
                 text += " ||| " + format_pharaoh(links)
             print(f"{number} ||| {text} ||| {option.score:.4f}" if args.n_best > 1 else text)
 
@@ -168,7 +164,7 @@ def translate_ct2(args: argparse.Namespace, lines: list[str], cfg: DecodeConfig)
     """The same output from CTranslate2; --alignments from the attention it returns (its last
     layer, heads averaged: --head is not available there)."""
     if args.alignments and (
-        args.head != "-1" or args.mode != "causal" or args.method not in (None, "argmax")
+        args.head is not None or args.mode is not None or args.method not in (None, "argmax")
     ):
         raise UserError(
             "--engine ct2 aligns with the last layer's heads averaged only, as the model "

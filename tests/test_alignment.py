@@ -18,6 +18,7 @@ from transformer_mt.align.links import (
     read_pharaoh,
     symmetrize,
 )
+from transformer_mt.align.reading import HeadReading
 from transformer_mt.analysis import (
     coverage,
     row_entropy,
@@ -95,12 +96,16 @@ def test_the_hansards_gold_set_reads_as_documented() -> None:
     assert (len(lines), sure, possible) == (447, 4038, 13400)  # the folder's README
 
 
-def test_intersection_keeps_links_that_are_both_row_and_column_maxima() -> None:
+def test_grow_diag_keeps_the_mutual_argmaxes_and_grows_next_to_them() -> None:
     weights = torch.tensor(
         [[0.8, 0.1, 0.1], [0.6, 0.3, 0.1], [0.1, 0.2, 0.7]]
     )  # target word 1 points at source 0, which prefers target 0
     assert hard_alignment(weights, "argmax") == {(0, 0), (0, 1), (2, 2)}
-    assert hard_alignment(weights, "intersect") == {(0, 0), (2, 2)}
+    # columns: source 0 -> target 0, source 1 -> target 1 (0.3), source 2 -> target 2. The
+    # mutual argmaxes (0,0) (2,2) grow to their neighbours (0,1) (target 1 unaligned) and (1,1)
+    # (source 1 unaligned); at tau 0.35 source 1's column max (0.3) is dropped, (1,1) with it
+    assert hard_alignment(weights, "grow-diag", 0.0) == {(0, 0), (0, 1), (1, 1), (2, 2)}
+    assert hard_alignment(weights, "grow-diag", 0.35) == {(0, 0), (0, 1), (2, 2)}
     with pytest.raises(ValueError, match="unknown alignment method 'max'"):
         hard_alignment(weights, "max")
 
@@ -169,7 +174,7 @@ def test_score_layers_against_hand_made_gold() -> None:
     )
     assert second.entropy < first.entropy and second.entropy_by_tau[0.5] < second.entropy
     # Shifted rows: target word j read from row j + 1, so the diagonal turns into an off-by-one.
-    shifted = score_layers(_fixed_attention(), gold, mode="shift")[1]
+    shifted = score_layers(_fixed_attention(), gold, HeadReading(1, None, "shift"))[1]
     assert shifted.links[0] == {(1, 0), (0, 1)} and shifted.aer == pytest.approx(0.75)
     assert first.uncovered == 0.0 and second.uncovered == 0.0
     with pytest.raises(ValueError, match="1 gold lines for 2 sentence pairs"):
@@ -329,10 +334,14 @@ def test_every_head_is_scored_alone_and_the_mean_last() -> None:
         attention.append(torch.cat([p, second], dim=1))  # (L=2, H=2, 3, 3)
     gold = [({(0, 0), (1, 1)}, {(0, 0), (1, 1)}), ({(1, 0), (0, 1)}, {(1, 0), (0, 1)})]
     grid = score_heads(attention, gold)
-    assert [[s.name for s in row] for row in grid] == [["1:1", "1:2", "1"], ["2:1", "2:2", "2"]]
+    assert [[s.reading.name for s in row] for row in grid] == [
+        ["1:1", "1:2", "1"],
+        ["2:1", "2:2", "2"],
+    ]
     assert grid[1][0].aer == 0.0 and grid[1][1].aer == 1.0
     assert grid[1][2].aer == score_layers(attention, gold)[1].aer
-    assert grid[0][0].aer == score_layers(attention, gold, head=1)[0].aer == pytest.approx(0.5)
+    first_head = score_layers(attention, gold, HeadReading(1, 1))[0]
+    assert grid[0][0].aer == first_head.aer == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize(
@@ -385,16 +394,16 @@ def test_aer_by_source_length_buckets_hand_computed() -> None:
     aer, precision, recall, n = buckets[">30"]
     assert (aer, precision, recall, n) == (pytest.approx(1 / 3), 0.5, 1.0, 1)  # 1 - 2/3
 
-    from transformer_mt.analysis.report import format_by_length
+    from transformer_mt.align.gold import GoldSet
+    from transformer_mt.analysis.pipeline import format_by_length
 
     words = [" ".join("w" * n) for n in sources]
-    assert (
-        format_by_length(links, gold, words) == "1-10: 0.000 (1)  11-20: 1.000 (2)  >30: 0.333 (1)"
-    )
+    pairs = GoldSet("four", words, words, gold)
+    assert format_by_length(links, pairs) == "1-10: 0.000 (1)  11-20: 1.000 (2)  >30: 0.333 (1)"
     perfect = [{(0, 0)}, {(1, 1)}, {(2, 2)}, set()]  # every sure link, nothing else: AER 0
-    assert format_by_length(links, gold, words, minus=perfect) == (
+    assert format_by_length(links, pairs, minus=perfect) == (
         "1-10: +0.000 (1)  11-20: +1.000 (2)  >30: +0.333 (1)"
     )
-    assert format_by_length(perfect, gold, words, minus=links) == (
+    assert format_by_length(perfect, pairs, minus=links) == (
         "1-10: +0.000 (1)  11-20: -1.000 (2)  >30: -0.333 (1)"
     )

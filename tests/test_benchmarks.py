@@ -11,6 +11,8 @@ import sys
 import pytest
 import torch
 
+from transformer_mt.errors import UserError
+
 from .conftest import ROOT, SHARED, needs_shared
 from .scripts import run_script
 
@@ -166,76 +168,51 @@ def test_preprocess_benchmark_times_each_stage_and_reuses_its_cache(tmp_path) ->
 
 
 @needs_shared(SHARED / "word_alignment_gold_deen_bicici")
-def test_alignment_aer_reads_the_german_english_gold_in_either_direction(monkeypatch) -> None:
-    from transformer_mt.align.gold import load_gold_set
+def test_the_german_english_shared_gold_reads_in_either_direction() -> None:
+    from transformer_mt.align.gold import shared_gold_set
 
-    monkeypatch.syspath_prepend(str(BENCH))  # its `from machine import describe`
-    spec = importlib.util.spec_from_file_location("alignment_aer", BENCH / "alignment_aer.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    de_en = load_gold_set("bicici", bench.gold_spec("bicici", SHARED, "de", "en"), "de", "en")
-    en_de = load_gold_set("bicici", bench.gold_spec("bicici", SHARED, "en", "de"), "en", "de")
+    de_en = shared_gold_set("bicici", SHARED, "de", "en")
+    en_de = shared_gold_set("bicici", SHARED, "en", "de")
     assert len(de_en) == len(en_de) == 100
     assert de_en.sources[0].startswith("herr präsident , herr kommissar !")
     assert en_de.targets == de_en.sources and en_de.sources == de_en.targets
     # the same links, turned round; 1,233 sure links less sentence 63's one out of range
     assert [{(j, i) for i, j in s} for s, _ in de_en.gold] == [s for s, _ in en_de.gold]
     assert sum(len(s) for s, _ in de_en.gold) == 1232
-    with pytest.raises(SystemExit, match="--gold bicici pairs de with en; the run is es->en"):
-        bench.gold_spec("bicici", SHARED, "es", "en")
+    with pytest.raises(UserError, match="gold set bicici pairs de with en; the run is es->en"):
+        shared_gold_set("bicici", SHARED, "es", "en")
 
 
-def test_alignment_aer_chooses_the_two_direction_combination_on_the_dev_set(monkeypatch) -> None:
-    """Every reading of two directions is combined both ways and scored on the gold; the one
-    reported is chosen by its dev-set AER alone, even where another wins on the gold."""
+def test_alignment_aer_reads_the_merged_pair_at_the_dev_sets_tau_alone(monkeypatch) -> None:
+    """The recipe's row: two directions' matrices merged by their geometric mean and read by
+    grow-diag at the tau the dev set's merged matrices choose, even where another tau would
+    score better on the reported set."""
+    from transformer_mt.align.gold import GoldSet
+    from transformer_mt.align.reading import HeadReading
+
     monkeypatch.syspath_prepend(str(BENCH))  # its `from machine import describe`
     spec = importlib.util.spec_from_file_location("alignment_aer", BENCH / "alignment_aer.py")
     bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "alignment_aer", bench)  # for its dataclass
     spec.loader.exec_module(bench)
-    gold = [({(0, 0), (1, 1)}, {(0, 0), (1, 1)})]
-    readings = [  # (label, method, forward links, backward links), one sentence each
-        ("argmax", "argmax", [{(0, 0), (1, 0)}], [{(0, 0), (1, 1)}]),
-        ("grow-diag 0.1", "grow-diag", [{(0, 0), (1, 1)}], [{(0, 0), (1, 1), (1, 0)}]),
-    ]
-    dev_gold = [({(0, 1), (1, 0)}, {(0, 1), (1, 0)})]
-    dev_pairs = {
-        "argmax": ([{(0, 1), (1, 0)}], [{(0, 1), (1, 0), (2, 2)}]),
-        "grow-diag": ([{(0, 0)}], [{(0, 0)}]),
-    }
-    rows, chosen = bench.combine_directions("a+b", readings, gold, dev_pairs, dev_gold)
-    aer = {label: scores[0] for label, _, scores in rows}
-    assert list(aer) == [
-        "a+b: argmax, intersect",
-        "a+b: argmax, grow-diag-final-and",
-        "a+b: grow-diag 0.1, intersect",
-        "a+b: grow-diag 0.1, grow-diag-final-and",
-    ]
-    # by hand: argmax intersected keeps (0, 0) alone: 1 - (1 + 1) / (1 + 2)
-    assert aer["a+b: argmax, intersect"] == pytest.approx(1 / 3)
-    assert aer["a+b: grow-diag 0.1, intersect"] == 0.0  # the best on the gold...
-    # ...but on dev argmax intersected is exact, and grow-diag-final-and adds the stray (2, 2)
-    assert chosen == ("a+b: argmax, intersect", 0.0)
-    assert bench.combine_directions("a+b", readings, gold, None, None)[1] is None
-    # Merged matrices, one sentence of 2 x 2 words: the forward head puts both target words on
-    # source word 0, the reverse head (turned round: columns are source words) gets them right.
-    # Every pair of hard readings misses on this dev set; the merged matrix read by argmax does not.
+    # one sentence of 2 x 2 words: the forward head puts both target words on source word 0,
+    # the reverse head (turned round: columns are source words) gets them right
     forward = torch.tensor([[0.6, 0.4], [0.6, 0.4]])
     backward = torch.tensor([[0.9, 0.2], [0.1, 0.8]])
-    right = [({(0, 0), (1, 1)}, {(0, 0), (1, 1)})]
-    dev_pairs = {
-        "argmax": ([{(0, 0), (0, 1)}], [{(0, 0), (1, 1)}]),
-        "grow-diag": ([{(0, 0), (0, 1)}], [{(0, 0), (0, 1)}]),
-    }
-    rows, chosen = bench.combine_directions(
-        "a+b", readings, gold, dev_pairs, right, ([forward], [backward]), ([forward], [backward])
-    )
-    merged = {label: (links, scores[0]) for label, links, scores in rows[4:]}
-    assert list(merged) == [  # the geometric mean, read by each method (tau tuned on dev)
-        f"a+b: product, {method}"
-        for method in ("argmax", "intersect", "threshold 0.3", "grow-diag 0")
+    head = HeadReading(1, 1)
+    runs = [
+        bench.Run("a", None, False, {head: [forward]}),
+        bench.Run("b", None, True, {head: [backward.T]}),  # its own direction on the dev set
     ]
-    assert merged["a+b: product, argmax"] == ([{(0, 0), (1, 1)}], 0.0)
-    assert chosen == ("a+b: product, argmax", 0.0)  # the hard pairs' best on dev: 0.2
+    heads = {"a": ([forward], head), "b": ([backward], head)}  # in the first run's direction
+    both = {(0, 0), (1, 1)}
+    dev = GoldSet("dev", ["x y"], ["u v"], [(both, both)])  # merged argmaxes: exact up to 0.566
+    test = GoldSet("test", ["x y"], ["u v"], [({(0, 0)}, {(0, 0)})])  # tau 0.6 would win here
+    [row] = bench.merged_rows(runs, heads, test, dev)
+    assert row.label == "a+b: merged, grow-diag 0"  # the dev set's choice: the smallest best tau
+    assert row.links == [both] and row.aer == pytest.approx(1 - 2 / 3)
+    # without a dev set: tau 0
+    assert bench.merged_rows(runs, heads, test, None)[0].label == "a+b: merged, grow-diag 0"
 
 
 def _fake_run(root, name: str, seed: int, refs: list[str], greedy: list[str], beam: list[str]):

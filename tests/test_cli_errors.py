@@ -201,11 +201,23 @@ CASES = {
         {},
         r"--head best: .*best_head\.json does not exist",
     ),
-    "translate --threshold with argmax": (
+    "translate --tau with argmax": (
+        "translate.py",
+        lambda p: [p.run, "--alignments", "--method", "argmax", "--tau", "0.2"],
+        {},
+        r"alignment method argmax takes no tau; it is for grow-diag",
+    ),
+    "translate --threshold, removed": (
         "translate.py",
         lambda p: [p.run, "--alignments", "--threshold", "0.2", "--input", p.tmp / "src.txt"],
         {},
-        r"alignment method argmax takes no threshold; it is for threshold and grow-diag",
+        r"--threshold was removed: grow-diag's threshold is --tau",
+    ),
+    "translate --mode with --head guided": (
+        "translate.py",
+        lambda p: [p.run, "--alignments", "--head", "best", "--mode", "shift"],
+        {},
+        r"--mode shift goes with --head L:H or L; --head best brings its own",
     ),
     "align --tune-on without a format": (
         "align.py",
@@ -217,26 +229,32 @@ CASES = {
         "align.py",
         lambda p: [p.run, "--tune-on", f"xlwa:{p.tmp / 'dev.tsv'}", "--gold", p.tmp / "gold"],
         {},
-        r"--gold scores --src/--tgt: pass them, or tune alone",
+        r"--gold scores --src / --tgt: pass them too",
     ),
     "align --symmetrize, removed": (
         "align.py",
         lambda p: [p.run, "--limit", "5", "--reverse-run", p.run, "--symmetrize", "average"],
         {},
-        r"--symmetrize average was removed: --reverse-run merges the two heads' matrices by "
+        r"--symmetrize was removed: --reverse-run merges the two heads' matrices by "
         r"their geometric mean",
     ),
     "align --reverse-run translating the same way": (
         "align.py",
-        lambda p: [p.run, "--limit", "5", "--layer", "1", "--reverse-run", p.run],
+        lambda p: [p.run, "--limit", "5", "--head", "1", "--reverse-run", p.run],
         {},
-        r"--reverse-run .*run translates es->en; .*run translates es->en: it must be en->es",
+        r"--reverse-run .*run translates as .*run does",
     ),
-    "align --threshold out of range": (
+    "align --tau out of range": (
         "align.py",
-        lambda p: [p.run, "--limit", "5", "--method", "threshold", "--threshold", "1.5"],
+        lambda p: [p.run, "--limit", "5", "--method", "grow-diag", "--tau", "1.5"],
         {},
-        r"alignment threshold 1\.5: attention weights are 0\.\.1",
+        r"alignment tau 1\.5: attention weights are 0\.\.1",
+    ),
+    "align --layer, removed": (
+        "align.py",
+        lambda p: [p.run, "--limit", "5", "--layer", "1"],
+        {},
+        r"--layer was removed: --head L reads layer L's heads averaged",
     ),
     "align a missing run": (
         "align.py",
@@ -260,7 +278,7 @@ CASES = {
         "align.py",
         lambda p: _align_gold(p, "possible_only.wa"),
         {},
-        r"possible_only\.wa: no sure link in 2 sentence",
+        r"--gold \(.*possible_only\.wa\): no sure link in 2 sentence",
     ),
     "plot_alignment a missing run": (
         "plot_alignment.py",

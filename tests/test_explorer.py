@@ -117,16 +117,16 @@ def test_readings_shift_the_rows_or_capture_with_the_whole_target(explorer) -> N
     assert list(encoder.layout.yaxis.ticktext) == [_plotly(w) for w in pair.src_words]
     assert encoder_lines.to_json() == lines.to_json()
     # full context: captured with the whole target as the decoder's context
-    full = explorer.attention(src_ids, hyps[0], "full context")
+    full = explorer.attention(src_ids, hyps[0], "full")
     reference = pair_attention(
         explorer.model, explorer.tokenizer, src_ids, hyps[0].tokens, full_context=True
     )
     torch.testing.assert_close(full.cross, reference.cross)
     assert not torch.allclose(full.cross, pair.cross)  # the decoder saw later words
     assert full.decoder[0, 0, 0, 1:].sum() > 0  # self-attention reaches past the diagonal
-    heatmap, _, _ = explorer.figures(full, "cross", 1, None, "words", "full context")
-    assert "full context reading" in heatmap.layout.title.text
-    with pytest.raises(UserError, match="reading 'sideways': choose one of as decoded, shift"):
+    heatmap, _, _ = explorer.figures(full, "cross", 1, None, "words", "full")
+    assert "full reading" in heatmap.layout.title.text
+    with pytest.raises(UserError, match="reading 'sideways': choose one of causal, shift, full"):
         explorer.attention(src_ids, hyps[0], "sideways")
 
 
@@ -138,19 +138,30 @@ def test_a_guided_run_opens_on_its_head_in_its_reading(explorer_run, tmp_path) -
     from transformer_mt.app.session import Explorer
 
     assert Explorer(explorer_run).guided is None  # the demo run trains no head
-    layers, layer, heads, head, reading, about = _opening_view(Explorer(explorer_run))
-    assert (layer, head, reading) == (layers[-1], "mean", "as decoded")
-    for mode, expected in (("shift", "shift"), ("full", "full context")):
-        run = tmp_path / expected.replace(" ", "_")
+    layers, layer, heads, head, reading, method, about = _opening_view(Explorer(explorer_run))
+    assert (layer, head, reading, method) == (layers[-1], "mean", "causal", "argmax")
+    for mode in ("shift", "full"):
+        run = tmp_path / mode
         shutil.copytree(explorer_run, run, ignore=shutil.ignore_patterns("*.png", "logs"))
         config = OmegaConf.load(run / "config.yaml")
         config.align.update(guided=True, layer=-2, head=3, mode=mode)
         OmegaConf.save(config, run / "config.yaml")
         opened = Explorer(run)
         assert opened.guided == HeadReading(1, 3, mode)  # layer -2 of 2 layers: layer 1
-        _, layer, _, head, reading, about = _opening_view(opened)
-        assert (layer, head, reading) == ("1", "3", expected)
-        assert f"align.guided: head 1:3, {expected} reading" in about
+        _, layer, _, head, reading, method, about = _opening_view(opened)
+        assert (layer, head, reading, method) == ("1", "3", mode, "argmax")
+        assert f"align.guided: head 1:3 ({mode}) (shown first)" in about
+    # a run without a guided head opens on the best head align.py recorded, read as recorded
+    from transformer_mt.align.extract import Extraction
+    from transformer_mt.align.reading import BestHead
+
+    run = tmp_path / "scored"
+    shutil.copytree(explorer_run, run, ignore=shutil.ignore_patterns("*.png", "logs", "align"))
+    (run / "align").mkdir()
+    best = HeadReading(2, 4, "shift", Extraction("grow-diag", 0.1))
+    BestHead(best, 0.2).save(run / "align" / "best_head.json", {}, "a test")
+    _, layer, _, head, reading, method, about = _opening_view(Explorer(run))
+    assert (layer, head, reading, method) == ("2", "4", "shift", "grow-diag")
 
 
 def test_bad_input_is_a_message_naming_the_problem(explorer, tmp_path) -> None:
@@ -301,7 +312,7 @@ def page_url(explorer_run, tmp_path):
 def test_the_page_in_headless_chromium(page_url, explorer, tmp_path) -> None:
     from transformer_mt.app.explorer import _opening_view
 
-    _, opened_layer, _, _, opened_reading, _ = _opening_view(explorer)  # as the page opens
+    _, opened_layer, _, _, opened_reading, _, _ = _opening_view(explorer)  # as the page opens
     found = _chromium()
     if found is None:
         pytest.skip(
@@ -408,7 +419,7 @@ def test_the_page_in_headless_chromium(page_url, explorer, tmp_path) -> None:
         click("#layer", other)
         assert f"layer {other}" in title()
         # another reading: shift drops the EOS row (a word's row is the one where it is the input)
-        reading = "shift" if opened_reading != "shift" else "as decoded"
+        reading = "shift" if opened_reading != "shift" else "causal"
         click("#reading", reading)
         assert f"layer {other}" in title() and ("shift reading" in title()) == (reading == "shift")
         assert ("</s>" in texts("#heatmap .ytick text")) == (reading != "shift")
@@ -447,11 +458,12 @@ def test_hard_alignment_view_reads_links_by_the_chosen_method(explorer) -> None:
     cross = pair.words("cross")[1, 2][:-1, :-1]  # layer 2, head 3; no EOS row or column
     drawn = {}
     for method in EXTRACTIONS:
-        _, lines, _ = explorer.figures(pair, "cross", 2, 3, "words", "as decoded", method)
+        _, lines, _ = explorer.figures(pair, "cross", 2, 3, "words", "causal", method)
         assert EXTRACTION_TITLES[method] in lines.layout.title.text
         got = sorted((t.x[0], t.x[1]) for t in lines.data if t.mode == "lines")
         expected = Extraction.for_run(method, None, record_folder(explorer.run_dir)).links(cross)
         assert got == sorted((float(i), float(j)) for i, j in expected)
         drawn[method] = got
-    assert set(drawn["intersect"]) <= set(drawn["argmax"])
+    # grow-diag keeps every mutual argmax: the links both methods agree on
+    assert set(drawn["argmax"]) & set(drawn["grow-diag"])
     assert len({tuple(v) for v in drawn.values()}) > 1  # the methods do differ on this pair

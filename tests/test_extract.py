@@ -1,4 +1,4 @@
-"""Reading links from one soft matrix: the four methods on hand-made matrices, and tuning."""
+"""Reading links from one soft matrix: argmax and grow-diag on hand-made matrices, and tuning."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 
 from transformer_mt.align.extract import (
     EXTRACTIONS,
+    TUNING_GRID,
     Extraction,
     hard_alignment,
     merge_directions,
@@ -36,24 +37,6 @@ def test_argmax_gives_every_target_word_exactly_one_link():
     assert hard_alignment(W, "argmax") == {(0, 0), (1, 1), (3, 2), (0, 3)}
 
 
-def test_intersect_keeps_argmaxes_that_are_their_columns_argmax_too():
-    # column 0's largest is row 0, so (0, 3) goes; column 2's largest is row 1, not an argmax
-    assert hard_alignment(W, "intersect") == {(0, 0), (1, 1), (3, 2)}
-
-
-@pytest.mark.parametrize(
-    "tau, expected",
-    [
-        (0.4, {(0, 0), (1, 1), (2, 1), (3, 2)}),  # target 1 two links, target 3 none
-        (0.85, {(0, 0)}),
-        (0.26, {(0, 0), (1, 1), (2, 1), (3, 2), (0, 3)}),
-        (0.95, set()),
-    ],
-)
-def test_threshold_gives_zero_one_or_several_links_per_target_word(tau, expected):
-    assert hard_alignment(W, "threshold", tau) == expected
-
-
 def test_grow_diag_grows_the_intersection_to_neighbouring_union_links():
     # rows: (0,0) (1,1) (3,2) (0,3); columns: (0,0) (1,1) (2,1) (3,2). Intersection
     # (0,0) (1,1) (3,2); (2,1) neighbours (1,1) and source 2 is unaligned: grown. (0,3): final-and
@@ -71,60 +54,60 @@ def test_every_method_on_an_empty_matrix_gives_no_link():
         assert hard_alignment(torch.zeros(0, 3), method) == set()
 
 
-def test_bad_methods_and_parameters_are_named():
+def test_bad_methods_and_taus_are_named():
     with pytest.raises(ValueError, match="unknown alignment method 'max'"):
         hard_alignment(W, "max")
-    with pytest.raises(ValueError, match="argmax takes no parameter"):
+    with pytest.raises(ValueError, match="argmax takes no tau"):
         hard_alignment(W, "argmax", 0.2)
-    with pytest.raises(UserError, match="argmax takes no threshold"):
+    with pytest.raises(UserError, match="argmax takes no tau"):
         Extraction("argmax", 0.3)
-    with pytest.raises(UserError, match="choose one of argmax, intersect, threshold, grow-diag"):
-        Extraction("soft")
+    with pytest.raises(UserError, match="choose one of argmax, grow-diag .threshold and inter"):
+        Extraction("threshold")
     with pytest.raises(UserError, match="attention weights are 0..1"):
-        Extraction("threshold", 2.0)
+        Extraction("grow-diag", 2.0)
+    assert Extraction("grow-diag").tau == 0.0 and Extraction("grow-diag").name == "grow-diag 0"
 
 
-def test_an_explicit_threshold_wins_then_the_runs_tuned_one_then_the_default(tmp_path):
+def test_an_explicit_tau_wins_then_the_runs_tuned_one_then_the_default(tmp_path):
     folder = record_folder(tmp_path / "checkpoints" / "last.ckpt")  # a checkpoint's run
     assert folder == tmp_path / "align"
-    assert Extraction.for_run("threshold", None, folder).name == "threshold 0.3"
-    save_tuned(folder, {"threshold": 0.15}, "dev.tsv", {})
-    tuned = Extraction.for_run("threshold", None, folder)
+    assert Extraction.for_run("grow-diag", None, folder).name == "grow-diag 0"
+    assert Extraction.for_run(None, None, folder) == Extraction("argmax")  # nothing tuned
+    save_tuned(folder, 0.15, "dev.tsv", [])
+    tuned = Extraction.for_run("grow-diag", None, folder)
     assert (tuned.tau, tuned.source) == (0.15, "tuned on dev.tsv")
-    assert Extraction.for_run("threshold", 0.5, folder).tau == 0.5
-    assert Extraction.for_run("grow-diag", None, folder).source == "default"
+    # with no method, a run with a tuned tau is read by grow-diag at it: the dev sets' choice
+    assert Extraction.for_run(None, None, folder) == Extraction("grow-diag", 0.15)
+    assert Extraction.for_run("grow-diag", 0.5, folder).tau == 0.5
+    assert Extraction.for_run(None, 0.5, folder) == Extraction("grow-diag", 0.5)
     assert Extraction.for_run("argmax", None, folder).tau is None
+    # a record of an older align.py (its methods were removed) is named, not misread
+    (folder / "extraction.json").write_text(json.dumps({"parameters": {"threshold": 0.2}}))
+    with pytest.raises(UserError, match="written by an older scripts/align.py"):
+        Extraction.for_run(None, None, folder)
 
 
-def test_tuning_picks_the_dev_sets_best_value_from_the_dev_gold_alone():
-    # the dev gold wants target 1's two links and nothing for target 3: only 0.26 < tau <= 0.46 does
+def test_tuning_picks_the_dev_sets_best_tau_from_the_dev_gold_alone():
+    # the dev gold wants target 1's two links and nothing for target 3: grow-diag keeps (2, 1)
+    # up to tau 0.46 and target 3's weak argmax (0, 3) is never grown (final-and)
     sure = {(0, 0), (1, 1), (2, 1), (3, 2)}
-    best, table = tune([W], [(sure, sure)], "threshold", grid=(0.15, 0.31, 0.47, 0.6))
-    assert best == 0.31
-    # AER = 1 - 2|A & S| / (|A| + |S|): 0.15 adds target 3's four cells; 0.47 loses (2,1)
-    expected = [1 - 8 / 12, 0.0, 1 - 6 / 7, 1 - 4 / 6]
+    best, table = tune([W], [(sure, sure)], grid=(0.0, 0.47, 0.6, 0.85))
+    assert best == Extraction("grow-diag", 0.0)
+    # AER = 1 - 2|A & S| / (|A| + |S|): 0.47 loses (2,1) (0.46); 0.6 loses (1,1) (0.48) too;
+    # 0.85 keeps (0,0) alone
+    expected = [0.0, 1 - 6 / 7, 1 - 4 / 6, 1 - 2 / 5]
     assert [aer for _, aer, _, _ in table] == pytest.approx(expected)
 
 
 def test_tune_reads_nothing_but_what_it_is_given(monkeypatch):
-    """The parameter is a function of the dev matrices and dev gold: no file is opened."""
+    """tau is a function of the dev matrices and dev gold: no file is opened."""
 
     def no_files(*args, **kwargs):
         raise AssertionError("tune opened a file")
 
     monkeypatch.setattr("builtins.open", no_files)
     sure = {(0, 0), (1, 1), (3, 2)}
-    assert tune([W], [(sure, sure)], "grow-diag")[0] in (
-        0.0,
-        0.02,
-        0.05,
-        0.1,
-        0.15,
-        0.2,
-        0.25,
-        0.3,
-        0.4,
-    )
+    assert tune([W], [(sure, sure)])[0].tau in TUNING_GRID
 
 
 def test_two_directions_merge_cell_by_cell_by_their_geometric_mean():
@@ -144,21 +127,24 @@ def test_teacher_rows_read_back_give_the_teachers_links_where_each_method_can():
     links = {(0, 0), (1, 1), (2, 1), (3, 2)}  # target 1 one-to-many, target 3 unaligned
     rows = teacher_rows(links, n_tgt=4, n_src=4)
     assert rows.sum(dim=-1).tolist() == [1.0, 1.0, 1.0, 0.0]
-    assert hard_alignment(rows, "threshold", 0.5) == links
+    assert hard_alignment(rows, "grow-diag", 0.5) == {(0, 0), (1, 1), (2, 1), (3, 2)}
     assert hard_alignment(rows, "argmax") == {(0, 0), (1, 1), (3, 2), (0, 3)}  # one per row
 
 
 def test_saved_record_names_what_it_was_tuned_on(tmp_path):
-    path = save_tuned(tmp_path, {"threshold": 0.2}, "xlwa dev.tsv", {"threshold": [[0.2, 0.3]]})
+    path = save_tuned(tmp_path, 0.2, "xlwa dev.tsv", [[0.2, 0.3, 0.7, 0.7]])
     record = json.loads(path.read_text())
-    assert record["tuned_on"] == "xlwa dev.tsv" and record["parameters"] == {"threshold": 0.2}
+    assert record["tuned_on"] == "xlwa dev.tsv"
+    assert (record["method"], record["tau"]) == ("grow-diag", 0.2)
 
 
 def test_align_config_names_a_bad_extraction():
+    from transformer_mt.align.reading import HeadReading
     from transformer_mt.config import AlignConfig
 
-    assert AlignConfig(extract="threshold", threshold=0.2).extraction.name == "threshold 0.2"
-    with pytest.raises(UserError, match="align.extract=soft / align.threshold: alignment method"):
+    cfg = AlignConfig(guided=True, extract="grow-diag", tau=0.2)
+    assert HeadReading.from_config(cfg, 2, 2).extraction == Extraction("grow-diag", 0.2)
+    with pytest.raises(UserError, match="align.extract=soft / align.tau: alignment method"):
         AlignConfig(extract="soft")
-    with pytest.raises(UserError, match="align.extract=argmax .* takes no threshold"):
-        AlignConfig(threshold=0.2)
+    with pytest.raises(UserError, match="align.extract=argmax .* takes no tau"):
+        AlignConfig(tau=0.2)

@@ -142,7 +142,10 @@ def test_guided_training_needs_word_links_and_a_real_head(compose_cfg) -> None:
     with pytest.raises(UserError, match="align.guided=true needs word alignments"):
         guided_settings(compose_cfg("align.guided=true"))
     settings = guided_settings(compose_cfg("align.guided=true", "data.alignments=builtin"))
-    assert settings == {"weight": 0.05, "layer": -2, "head": 1, "mode": "causal"}
+    assert settings == {
+        **{"weight": 0.05, "layer": -2, "head": 1, "mode": "causal"},
+        **{"extract": "argmax", "tau": None},
+    }
     cfg = TransformerConfig(n_layers=2, d_model=16, d_ff=32, n_heads=2, vocab_size=20)
     from dataclasses import asdict
 

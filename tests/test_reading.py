@@ -7,7 +7,8 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from transformer_mt.align.reading import BestHead, HeadReading, parse_head
+from transformer_mt.align.extract import Extraction, record_folder, save_tuned
+from transformer_mt.align.reading import BestHead, HeadReading, default_reading, parse_head
 from transformer_mt.config import AlignConfig
 from transformer_mt.errors import UserError
 
@@ -59,7 +60,7 @@ def test_guided_reads_the_runs_config_and_best_its_record(tmp_path) -> None:
     (run / "checkpoints").mkdir(parents=True)
     with pytest.raises(UserError, match="--head guided: .* was not trained with align.guided"):
         parse_head("guided", 6, 8, run_dir=run)
-    align = {"guided": True, "layer": -2, "head": 3, "mode": "full"}
+    align = {"guided": True, "layer": -2, "head": 3, "mode": "full", "extract": "argmax"}
     OmegaConf.save(OmegaConf.create({"align": align}), run / "config.yaml")
     assert parse_head("guided", 6, 8, run_dir=run) == HeadReading(5, 3, "full")
     # a checkpoint file finds its run
@@ -70,11 +71,44 @@ def test_guided_reads_the_runs_config_and_best_its_record(tmp_path) -> None:
     with pytest.raises(UserError, match=r"--head best: .*best_head.json does not exist"):
         parse_head("best", 6, 8, run_dir=run)
     (run / "align").mkdir()
-    BestHead(4, 2, "shift", 0.25).save(run / "align" / "best_head.json", {}, "a test")
-    assert parse_head("best", 6, 8, run_dir=run) == HeadReading(4, 2, "shift")
+    best = HeadReading(4, 2, "shift", Extraction("grow-diag", 0.1))
+    BestHead(best, 0.25).save(run / "align" / "best_head.json", {}, "a test")
+    # the recorded reading comes back whole: head, mode and how its links were read
+    assert parse_head("best", 6, 8, run_dir=run) == best
+    assert parse_head("best", 6, 8, run_dir=ckpt) == best
+    assert parse_head("best", 6, 8, run_dir=run, method="argmax") == HeadReading(4, 2, "shift")
     assert json.loads((run / "align" / "best_head.json").read_text())["scored_on"] == "a test"
     with pytest.raises(UserError, match="--head best needs a run directory"):
         parse_head("best", 6, 8)
+    with pytest.raises(UserError, match="--mode causal goes with --head L:H or L; --head best"):
+        parse_head("best", 6, 8, run_dir=run, mode="causal")
+    # a record of an older align.py (method and mode fused) is named, not misread
+    (run / "align" / "best_head.json").write_text(json.dumps({"layer": 1, "reading": "shift"}))
+    with pytest.raises(UserError, match="written by an older scripts/align.py"):
+        parse_head("best", 6, 8, run_dir=run)
+
+
+def test_one_default_head_everywhere_guided_then_best_then_the_last_layer(tmp_path) -> None:
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    plain = {"guided": False, "layer": -2, "head": 1, "mode": "causal"}
+    OmegaConf.save(OmegaConf.create({"align": plain}), run / "config.yaml")
+    assert parse_head(None, 6, 8, run_dir=run) == HeadReading(6, None)  # nothing recorded
+    assert default_reading(None, 6, 8) == HeadReading(6, None)
+    save_tuned(record_folder(run), 0.15, "dev.tsv", [])  # a tuned tau: read by grow-diag
+    tuned = Extraction("grow-diag", 0.15)
+    assert parse_head(None, 6, 8, run_dir=run) == HeadReading(6, None, extraction=tuned)
+    assert parse_head("2:1", 6, 8, run_dir=run) == HeadReading(2, 1, extraction=tuned)
+    best = HeadReading(4, 2, "shift")
+    BestHead(best, 0.25).save(record_folder(run) / "best_head.json", {}, "a test")
+    assert parse_head(None, 6, 8, run_dir=run) == best
+    guided = {"guided": True, "layer": 1, "head": 3, "mode": "full", "extract": "argmax"}
+    OmegaConf.save(OmegaConf.create({"align": guided}), run / "config.yaml")
+    # the guided head wins, read by the run's tuned tau
+    assert parse_head(None, 6, 8, run_dir=run) == HeadReading(1, 3, "full", tuned)
+    assert parse_head(None, 6, 8, run_dir=run, tau=0.3).extraction == Extraction("grow-diag", 0.3)
+    with pytest.raises(UserError, match="--mode shift goes with --head L:H or L; the default"):
+        parse_head(None, 6, 8, run_dir=run, mode="shift")
 
 
 def test_a_guided_head_is_built_once_from_align_config() -> None:

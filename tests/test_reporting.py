@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from transformer_mt.align.gold import clean_gold, read_sentences
+from transformer_mt.align.reading import BestHead, HeadReading
 from transformer_mt.analysis import LayerScores
-from transformer_mt.analysis.report import best_reading, format_table, pick_layer
+from transformer_mt.analysis.pipeline import HeadScan, format_layers
 from transformer_mt.cli import report_user_errors
 from transformer_mt.errors import UserError
 from transformer_mt.sweep import collect, write_table
@@ -42,9 +43,9 @@ def test_user_errors_become_one_line_and_bugs_keep_their_traceback(capsys) -> No
         bug()
 
 
-def _scores(layer: int, aer: float | None) -> LayerScores:
+def _scores(layer: int, aer: float | None, head: int | None = None, mode="causal") -> LayerScores:
     return LayerScores(
-        layer=layer,
+        reading=HeadReading(layer, head, mode),
         aer=aer,
         precision=None if aer is None else 1 - aer,
         recall=None if aer is None else 0.5,
@@ -56,19 +57,40 @@ def _scores(layer: int, aer: float | None) -> LayerScores:
     )
 
 
-def test_alignment_report_picks_the_best_reading_and_layer() -> None:
+def test_head_scan_picks_the_best_head_of_every_mode_and_records_it(tmp_path: Path) -> None:
+    def grid(mode: str, aers: list[list[float]]) -> list[list[LayerScores]]:
+        return [
+            [
+                _scores(layer, aer, h if h <= len(row) - 1 else None, mode)
+                for h, aer in enumerate(row, 1)
+            ]
+            for layer, row in enumerate(aers, 1)
+        ]
+
+    scan = HeadScan(
+        {
+            "causal": grid("causal", [[0.5, 0.4, 0.45], [0.3, 0.25, 0.2]]),
+            "shift": grid("shift", [[0.9, 0.15, 0.6], [0.8, 0.7, 0.75]]),
+            "full": grid("full", [[0.5, 0.5, 0.5], [0.5, 0.5, 0.5]]),
+        }
+    )
+    assert scan.best.reading == HeadReading(1, 2, "shift") and scan.best.aer == 0.15
+    assert scan.best_of("causal", heads=False).reading == HeadReading(2, None)  # a layer mean
+    assert scan.best_of("causal").reading == HeadReading(2, 2)
+    assert scan.cell(HeadReading(2, None, "shift")).aer == 0.75
+    (tmp_path / "run").mkdir()
+    assert BestHead.load(tmp_path / "run") is None  # nothing recorded yet
+    scan.record(tmp_path / "run" / "align", "two pairs")
+    assert BestHead.load(tmp_path / "run") == scan.best
+    # a checkpoint of the run finds the same record
+    assert BestHead.load(tmp_path / "run" / "checkpoints" / "last.ckpt") == scan.best
     rows = {
-        "argmax": [_scores(1, 0.4), _scores(2, 0.2)],
+        "causal": [_scores(1, 0.4), _scores(2, 0.2)],
         "shift": [_scores(1, 0.9), _scores(2, 0.1)],
-        "intersect": [_scores(1, 0.3), _scores(2, 0.3)],
     }
-    name, best = best_reading(rows)
-    assert (name, best.layer, best.aer) == ("shift", 2, 0.1)
-    table = format_table(rows).splitlines()
-    assert table[0].startswith("layer  argmax AER/P/R") and len(table) == 3
+    table = format_layers(rows).splitlines()
+    assert table[0].startswith("layer  causal AER/P/R") and len(table) == 3
     assert table[2].split()[:4] == ["2", "0.200", "0.800", "0.500"]
-    assert pick_layer(rows["argmax"]).layer == 2  # the best against the gold
-    assert pick_layer([_scores(1, None), _scores(2, None)]).layer == 2  # no gold: the last
 
 
 def test_alignment_report_inputs(tmp_path: Path) -> None:

@@ -150,7 +150,7 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
         assert "eflomal grow-diag-final-and" in result.stdout
         return
     # a run that translates the other way (here: the same weights, told they read English) is
-    # scored on the gold turned round, and its head's links symmetrized with the first run's
+    # scored on the gold turned round, and its head's matrices merged with the first run's
     reverse = tmp_path / "reverse"
     shutil.copytree(out, reverse)
     saved = OmegaConf.load(reverse / "config.yaml")
@@ -161,9 +161,8 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     assert f"tiny: guided head 1:1 {how}" in result.stdout
     assert f"rev: guided head 1:1 {how}" in result.stdout
     assert "eflomal grow-diag-final-and" in result.stdout
-    table = {line[:52].strip(): line[52:].split() for line in result.stdout.splitlines()}
-    assert len(table["tiny+rev: argmax, intersect"]) == 3
-    assert len(table["tiny+rev: argmax, grow-diag-final-and"]) == 3
+    table = {line[:56].strip(): line[56:].split() for line in result.stdout.splitlines()}
+    assert len(table["tiny+rev: merged, grow-diag 0"]) == 3  # AER, P, R
     assert "against eflomal grow-diag-final-and as if it were the gold" in result.stdout
     taught = table["tiny: 50 pairs"]  # the guided head against its own training links
     aer, precision, recall = map(float, taught)
@@ -174,7 +173,9 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     OmegaConf.save(saved, reverse / "config.yaml")
     result = run_script(script, *command, "--run", f"rev={reverse}")
     assert (
-        result.returncode != 0 and "translates de->en; the first --run is es->en" in result.stderr
+        result.returncode != 0
+        and "translates de->en;" in result.stderr
+        and "translates es->en: it must translate the same way or en->es" in result.stderr
     )
 
 
@@ -451,7 +452,7 @@ def test_plot_alignment_cli_writes_png_and_svg(small_run, tmp_path) -> None:
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["cat_heads.png", "cat_heads.svg", "cat_layer1.png", "cat_layer1.svg"]
     assert "translation:" in result.stdout and "<- " in result.stdout
-    bad = _script("plot_alignment.py", out, "--src", "el gato", "--layer", "4")
+    bad = _script("plot_alignment.py", out, "--src", "el gato", "--head", "4")
     assert bad.returncode == 2 and "layer 4: the model has layers 1..1" in bad.stderr
 
 
@@ -466,23 +467,23 @@ def test_align_cli_scores_files_and_writes_pharaoh(small_run, tmp_path) -> None:
         "align.py", out, *files, "--one-indexed", "--reverse-gold", "--output", tmp_path / "links"
     )
     assert result.returncode == 0, result.stderr
-    assert "argmax AER/P/R" in result.stdout
-    assert "by source length (words): 1-10: " in result.stdout and "(2)" in result.stdout
-    # the best layer line names the reading with the lowest AER in the table's row
-    header, row = result.stdout.splitlines()[1:3]
-    names = [n.split()[-1] for n in header.split(" AER/P/R")[:-1]]
-    aers = [float(x) for x in row.split()[1 : 1 + 3 * len(names) : 3]]
-    best = min(range(len(aers)), key=aers.__getitem__)
-    assert f"best layer: 1 ({names[best]}), AER {aers[best]:.3f}" in result.stdout
+    assert "causal AER/P/R" in result.stdout and "full AER/P/R" in result.stdout
+    assert "(2)" in result.stdout  # two sentences of 1-10 words
+    # every head scored: a table, a picture, and the best reading recorded for the others
+    assert "AER per head" in result.stdout and "best head: 1" in result.stdout
+    record = json.loads((out / "align" / "best_head.json").read_text())
+    assert record["layer"] == 1 and record["method"] == "argmax"
+    assert set(record["grids"]) == {"causal", "shift", "full"}
+    assert len(record["grids"]["causal"][0]) == 3  # 2 heads and the mean
+    assert (out / "align" / "aer_heads.png").stat().st_size > 0
+    # the best of every cell of every grid is the one recorded
+    cells = [aer for grid in record["grids"].values() for row in grid for aer in row]
+    assert record["aer"] == pytest.approx(min(cells), abs=1e-4)
+    # no --head: the run has no guided head, so the best just recorded is written
+    best = f"{record['layer']}:{record['head']}" if record["head"] else str(record["layer"])
+    assert f"links of {best}" in result.stdout
     lines = (tmp_path / "links").read_text().splitlines()
     assert [len(line.split()) for line in lines] == [3, 2]  # one link per target word
-    # every head scored: a table, a picture, and the best head recorded for the other scripts
-    assert "AER per head" in result.stdout and "best head: 1:" in result.stdout
-    record = json.loads((out / "align" / "best_head.json").read_text())
-    assert record["layer"] == 1
-    assert set(record["grids"]) == {"argmax", "shift", "intersect", "full"}
-    assert len(record["grids"]["argmax"][0]) == 3  # 2 heads and the mean
-    assert (out / "align" / "aer_heads.png").stat().st_size > 0
     one = _script(
         "align.py",
         out,
@@ -494,7 +495,7 @@ def test_align_cli_scores_files_and_writes_pharaoh(small_run, tmp_path) -> None:
         "--output",
         tmp_path / "head",
     )
-    assert one.returncode == 0 and "layer:head 1:2" in one.stdout, one.stderr
+    assert one.returncode == 0 and "links of 1:2 by argmax" in one.stdout, one.stderr
     assert [len(line.split()) for line in (tmp_path / "head").read_text().splitlines()] == [3, 2]
     full = _script(
         "align.py",
@@ -509,7 +510,7 @@ def test_align_cli_scores_files_and_writes_pharaoh(small_run, tmp_path) -> None:
         "--output",
         tmp_path / "full",
     )
-    assert full.returncode == 0 and "layer:head 1:2, argmax, full" in full.stdout, full.stderr
+    assert full.returncode == 0 and "links of 1:2 (full) by argmax" in full.stdout, full.stderr
     assert [len(line.split()) for line in (tmp_path / "full").read_text().splitlines()] == [3, 2]
     bad = _script("align.py", out, *files, "--head", "1:9", "--output", tmp_path / "x")
     assert bad.returncode == 2 and "heads 1..2" in bad.stderr
@@ -568,7 +569,7 @@ def _copied_run_and_files(out, tmp_path) -> tuple:
 
 @pytest.mark.slow
 def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None:
-    """--method with a threshold, --tune-on a dev set (recorded, then used), --reverse-run:
+    """--tune-on a dev set (recorded, then the default with no flag), --method, --reverse-run:
     the written links are the two heads' merged matrices read at the pair's tuned tau."""
     import shutil
 
@@ -584,24 +585,16 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
     tuned = _script("align.py", run, "--head", "1:1", "--tune-on", f"xlwa:{tmp_path / 'dev.tsv'}")
     assert tuned.returncode == 0, tuned.stderr
     record = json.loads((run / "align" / "extraction.json").read_text())
-    assert set(record["parameters"]) == {"threshold", "grow-diag"}
-    assert "dev.tsv" in record["tuned_on"]
-    tau = record["parameters"]["threshold"]
-    used = _script(
-        "align.py",
-        run,
-        *files,
-        "--head",
-        "1:1",
-        "--method",
-        "threshold",
-        "--output",
-        tmp_path / "t",
-    )
+    assert record["method"] == "grow-diag" and "dev.tsv" in record["tuned_on"]
+    tau = record["tau"]
+    assert tau == min(record["table"], key=lambda row: (row[1], row[0]))[0]  # the dev's best
+    # with a tuned tau recorded, the head is read by grow-diag at it, no flag to remember
+    used = _script("align.py", run, *files, "--head", "1:1", "--output", tmp_path / "t")
     assert used.returncode == 0, used.stderr
-    assert f"read by threshold {tau:g} (tuned on xlwa:" in used.stdout
-    for method in ("argmax", "intersect", f"threshold {tau:g}", "grow-diag"):
-        assert method in used.stdout  # every method scored on the written head
+    assert f"links of 1:1 by grow-diag {tau:g} (tuned on xlwa:" in used.stdout
+    assert f"1:1 by grow-diag {tau:g}" in used.stdout and "1:1 by argmax" in used.stdout
+    plain = _script("align.py", run, *files, "--head", "1:1", "--method", "argmax")
+    assert "links of 1:1 by argmax" in plain.stdout, plain.stderr
     # a copy of the run that claims to translate the other way stands in for an EN->ES run
     reverse = tmp_path / "reverse"
     shutil.copytree(out, reverse, ignore=shutil.ignore_patterns("align"))
@@ -614,44 +607,41 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
     tuned = _script("align.py", run, *merge, "--tune-on", f"xlwa:{tmp_path / 'dev.tsv'}")
     assert tuned.returncode == 0, tuned.stderr
     record = json.loads((run / "align" / "extraction_product.json").read_text())
-    assert "merged with" in record["tuned_on"] and set(record["parameters"]) == {
-        "threshold",
-        "grow-diag",
-    }
-    tau = record["parameters"]["grow-diag"]
+    assert "merged with" in record["tuned_on"] and record["method"] == "grow-diag"
+    tau = record["tau"]
     # the reverse run's own links are read with its own tuned tau, not this run's
     (reverse / "align").mkdir(exist_ok=True)
-    mine = {"parameters": {"grow-diag": 0.3}, "tuned_on": "a dev set"}
+    mine = {"method": "grow-diag", "tau": 0.3, "tuned_on": "a dev set"}
     (reverse / "align" / "extraction.json").write_text(json.dumps(mine))
     both = _script("align.py", run, *files, *merge, "--output", tmp_path / "mboth")
     assert both.returncode == 0, both.stderr
-    reverse_line = next(ln for ln in both.stdout.splitlines() if ln.startswith("reverse run:"))
-    assert reverse_line.endswith("read by grow-diag 0.3"), reverse_line
-    assert f"merged by their geometric mean, read by grow-diag {tau:g} (tuned on xlwa:" in (
-        both.stdout
-    )
+    assert "reverse: 1:1 by grow-diag 0.3" in both.stdout
+    assert f"by grow-diag {tau:g} tuned on xlwa:" in both.stdout
     assert f"merged, grow-diag {tau:g}" in both.stdout  # scored beside each direction
-    assert f"merged with --reverse-run, read by grow-diag {tau:g}" in both.stdout
     # by hand: both heads' word matrices (the reverse run reads the pairs turned round),
     # geometric mean, grow-diag at the tuned tau
     from transformer_mt.align.extract import Extraction, merge_directions
     from transformer_mt.align.reading import HeadReading
-    from transformer_mt.analysis import head_rows
-    from transformer_mt.analysis.report import attend_corpus
+    from transformer_mt.analysis import corpus_attention
     from transformer_mt.checkpoint import load_model
 
     model, tokenizer, _ = load_model(run)
     es, en = ["el gato negro", "la casa"], ["the black cat", "the house"]
     reading = HeadReading(1, 1, "causal")
-    ours = [head_rows(w, reading)[:, :-1] for w in attend_corpus(model, tokenizer, es, en).causal]
-    theirs = [head_rows(w, reading)[:, :-1] for w in attend_corpus(model, tokenizer, en, es).causal]
+    ours = [reading.matrix(w) for w in corpus_attention(model, tokenizer, es, en)]
+    theirs = [reading.matrix(w) for w in corpus_attention(model, tokenizer, en, es)]
     expected = [
         Extraction("grow-diag", tau).links(merge_directions(f, b.T)) for f, b in zip(ours, theirs)
     ]
     assert links(tmp_path / "mboth") == expected
-    # the hard-link combinations that lost are refused by name
+    # the hard-link combinations and the threshold reading that lost are refused by name
     refused = _script("align.py", run, *files, *merge, "--symmetrize", "intersect")
-    assert refused.returncode == 2 and "--symmetrize intersect was removed" in refused.stderr
+    assert refused.returncode == 2 and "--symmetrize was removed" in refused.stderr
+    refused = _script("align.py", run, *files, "--method", "threshold")
+    assert refused.returncode == 2 and "invalid choice: 'threshold'" in refused.stderr
+    # a reverse run that translates the same way is named
+    same = _script("align.py", run, *files, "--reverse-run", out)
+    assert same.returncode == 2 and "translates as" in same.stderr
 
 
 @pytest.mark.slow
@@ -669,10 +659,13 @@ def test_align_cli_on_a_checkpoint_records_where_the_run_looks(small_run, tmp_pa
 
 
 @pytest.mark.slow
-def test_head_best_is_read_by_the_method_it_scored_best_with(demo_run, tmp_path) -> None:
-    """A head recorded as best read by intersect is read by intersect again by translate.py
+def test_head_best_is_read_by_the_method_it_was_recorded_with(demo_run, tmp_path) -> None:
+    """A head recorded as best read by grow-diag is read by grow-diag again by translate.py
     --head best (an explicit --method still wins)."""
     import shutil
+
+    from transformer_mt.align.extract import Extraction
+    from transformer_mt.align.reading import BestHead, HeadReading
 
     run = tmp_path / "run"
     shutil.copytree(demo_run, run, ignore=shutil.ignore_patterns("align", "ct2", "*.png"))
@@ -683,17 +676,16 @@ def test_head_best_is_read_by_the_method_it_scored_best_with(demo_run, tmp_path)
         assert done.returncode == 0, done.stderr
         return [line.split(" ||| ")[1] for line in done.stdout.splitlines()]
 
-    # a head whose argmax links are not all mutual, so that the two readings differ
+    # a head whose grow-diag links differ from its argmax links
     for head in ("1:1", "1:2", "1:3", "1:4", "2:1", "2:2", "2:3", "2:4"):
-        by_intersect, by_argmax = (
-            links("--head", head, "--method", m) for m in ("intersect", "argmax")
-        )
-        if by_intersect != by_argmax:
+        by_grow, by_argmax = (links("--head", head, "--method", m) for m in ("grow-diag", "argmax"))
+        if by_grow != by_argmax:
             break
-    assert by_intersect != by_argmax, "no head of the demo model tells the readings apart"
+    assert by_grow != by_argmax, "no head of the demo model tells the readings apart"
     layer, number = map(int, head.split(":"))
     (run / "align").mkdir()
-    record = {"layer": layer, "head": number, "reading": "intersect", "aer": 0.5}
-    (run / "align" / "best_head.json").write_text(json.dumps(record))
-    assert links("--head", "best") == by_intersect
+    best = HeadReading(layer, number, extraction=Extraction("grow-diag", 0.0))
+    BestHead(best, 0.5).save(run / "align" / "best_head.json", {}, "a test")
+    assert links("--head", "best") == by_grow
+    assert links() == by_grow  # the recorded best is also the default head
     assert links("--head", "best", "--method", "argmax") == by_argmax

@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from transformer_mt.align.extract import Extraction
+from transformer_mt.align.gold import GoldSetConfig
 from transformer_mt.align.reading import MODES
 from transformer_mt.decoding.config import DecodeConfig
 from transformer_mt.errors import UserError
@@ -38,55 +39,6 @@ __all__ = [
     "check_keys",
     "register_configs",
 ]
-
-
-@dataclass
-class GoldSetConfig:
-    """A gold word-alignment set, scored while training (``align.gold.<name>``).
-
-    format: ``graca`` (a folder with ``alignment`` and ``test.<lang>`` in Graca et al.'s
-    markup), ``xlwa`` (an XL-WA TSV file), or ``pharaoh`` (``src``/``tgt`` sentence files and a
-    Pharaoh/NAACL ``path``). ``graca`` and ``xlwa`` are English-first; they are turned round
-    when English is the target (data.tgt_lang).
-    """
-
-    format: str = "pharaoh"
-    path: str = MISSING  # a run's config.yaml or a command line may leave it out: checked below
-    src: str | None = None  # pharaoh only: source sentences, one per line
-    tgt: str | None = None
-    reverse: bool = False  # pharaoh only: its links are target-source
-    one_indexed: bool = False  # pharaoh only
-
-    def __post_init__(self) -> None:
-        if self.format not in ("graca", "xlwa", "pharaoh"):
-            raise UserError(
-                f"align.gold format must be graca, xlwa or pharaoh, got {self.format!r}"
-            )
-
-    @classmethod
-    def typed(cls, where: str, sets: dict[str, Any]) -> dict[str, GoldSetConfig]:
-        """``{name: dict or GoldSetConfig}`` -> ``{name: GoldSetConfig}``, naming bad keys.
-
-        The config fields hold plain dicts (``dict[str, Any]``) so that a set can be added on
-        the command line (``+align.gold.NAME={format:xlwa,path:...}``), which OmegaConf refuses
-        for a dict of dataclasses; the fields are checked here instead.
-        """
-        known = {f.name for f in fields(cls)}
-        out = {}
-        for name, gold in sets.items():
-            if isinstance(gold, cls):
-                out[name] = gold
-                continue
-            gold = dict(gold)
-            unknown = sorted(set(gold) - known)
-            if unknown or "path" not in gold:
-                problem = f"unknown keys {unknown}" if unknown else "no path"
-                raise UserError(
-                    f"{where}.{name}: {problem}; a gold set has {sorted(known)}, e.g. "
-                    f"+{where}.{name}={{format:xlwa,path:/data/test.tsv}}"
-                )
-            out[name] = cls(**gold)
-        return out
 
 
 @dataclass
@@ -317,10 +269,10 @@ class AlignConfig:
     # et al.'s full context, fairseq's --full-context-alignment), one more pass up to align.layer.
     mode: str = "causal"
     # How the guided head's rows become links for validation AER (transformer_mt.align.extract):
-    # argmax, intersect, threshold or grow-diag; threshold: their tau (null: the method's
-    # default). Choose tau on a development gold set: scripts/align.py RUN --tune-on ...
+    # argmax or grow-diag; tau: grow-diag's (null: 0). Choose tau on a development gold set:
+    # scripts/align.py RUN --tune-on ...
     extract: str = "argmax"
-    threshold: float | None = None
+    tau: float | None = None
     gold: dict[str, Any] = field(default_factory=dict)  # name -> GoldSetConfig: AER at validations
 
     def __post_init__(self) -> None:
@@ -332,13 +284,9 @@ class AlignConfig:
         if self.mode not in MODES:
             raise UserError(f"align.mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         try:
-            Extraction(self.extract, self.threshold)
+            Extraction(self.extract, self.tau)
         except UserError as err:
-            raise UserError(f"align.extract={self.extract} / align.threshold: {err}") from None
-
-    @property
-    def extraction(self) -> Extraction:
-        return Extraction(self.extract, self.threshold, "align.threshold")
+            raise UserError(f"align.extract={self.extract} / align.tau: {err}") from None
 
 
 @dataclass

@@ -15,7 +15,6 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from transformer_mt.align.extract import ARGMAX, Extraction
 from transformer_mt.align.gold import GoldSet
 from transformer_mt.align.reading import HeadReading
 from transformer_mt.analysis.alignment import gold_aer
@@ -48,7 +47,6 @@ class TranslationModule(L.LightningModule):
         references: dict[str, Sequence[str]] | None = None,
         guided: dict | None = None,
         gold_sets: Sequence[GoldSet] = (),
-        extract: dict | None = None,
     ) -> None:
         """
         Args:
@@ -60,15 +58,14 @@ class TranslationModule(L.LightningModule):
             valid_max_sentences: validation BLEU decodes the first N validation rows.
             references: {"valid": [...], "test": [...]} target sentences by row, for BLEU;
                 none: BLEU is not computed (the loss and perplexity still are).
-            guided: guided alignment, {"weight": λ, "layer": L, "head": H, "mode": M} (an
-                ``AlignConfig``'s values): the loss gains λ x the KL divergence between that
-                cross-attention head, read as its ``HeadReading`` says, and the batch's word
-                links (``transformer_mt.loss.alignment_loss``).
+            guided: guided alignment, {"weight": λ, "layer": L, "head": H, "mode": M,
+                "extract": method, "tau": tau} (an ``AlignConfig``'s values): the loss gains λ x
+                the KL divergence between that cross-attention head, read as its
+                ``HeadReading`` says, and the batch's word links
+                (``transformer_mt.loss.alignment_loss``); validation AER reads its links by
+                the method and tau.
             gold_sets: gold alignments scored at every validation (``val/aer_<name>``: the
                 guided head's AER, and the best layer's with heads averaged).
-            extract: how the guided head's links are read for that AER, {"method": M,
-                "parameter": tau or None} (``align.extract`` / ``align.threshold``; argmax
-                when not given).
         """
         super().__init__()
         # Plain dicts, so a checkpoint rebuilds the model alone; references and gold are data.
@@ -91,7 +88,6 @@ class TranslationModule(L.LightningModule):
             )
             self.align_weight = guided["weight"]
         self.gold_sets = list(gold_sets)
-        self.extraction = Extraction(**extract) if extract else ARGMAX
         self.batch_in_flight: Batch | None = None  # for error messages (out of memory)
         self.validated_at_step: int | None = None  # the step of the last validation
         # trainer.compile: translation_loss and guided_translation_loss compiled (configure_model)
@@ -272,8 +268,7 @@ class TranslationModule(L.LightningModule):
         scores = None
         if self.trainer.is_global_zero:
             scores = [
-                gold_aer(self.model, self.tokenizer, gold, self.reading, self.extraction)
-                for gold in self.gold_sets
+                gold_aer(self.model, self.tokenizer, gold, self.reading) for gold in self.gold_sets
             ]
         scores = self.trainer.strategy.broadcast(scores, src=0)
         for gold, found in zip(self.gold_sets, scores):

@@ -12,7 +12,7 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 
-from transformer_mt.align.extract import ARGMAX, Extraction
+from transformer_mt.align.extract import ARGMAX
 from transformer_mt.align.reading import HeadReading
 from transformer_mt.config import HeatmapConfig
 from transformer_mt.datamodule import TranslationDataModule
@@ -51,17 +51,13 @@ def final_validation(
     return out
 
 
-def aer_report(
-    aer: dict[str, dict[str, float]],
-    reading: HeadReading | None,
-    extraction: Extraction = ARGMAX,
-) -> str:
+def aer_report(aer: dict[str, dict[str, float]], reading: HeadReading | None) -> str:
     """The lines that end a run with gold sets: each set's AER, guided head and best layer."""
     lines = []
     for name, scores in aer.items():
         parts = []
         if "guided_head" in scores and reading is not None:
-            how = "" if extraction == ARGMAX else f", {extraction.name}"
+            how = "" if reading.extraction == ARGMAX else f", {reading.extraction.name}"
             parts.append(f"guided head {reading.name}{how} {scores['guided_head']:.3f}")
         parts.append(f"best layer {int(scores['which_layer'])} {scores['best_layer']:.3f}")
         lines.append(f"      AER {name}: " + ", ".join(parts))

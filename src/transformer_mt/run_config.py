@@ -39,20 +39,34 @@ REMOVED: dict[str, tuple[object, str]] = {
         "joined parts are always separated by <s> on both sides (keeping each part's EOS cost "
         "0.9 BLEU; dropping it did not buy that back)",
     ),
+    "align.threshold": (None, "grow-diag's threshold is align.tau"),
     "align.shift": (False, "align.mode=shift says it"),
     "align.full_context": (False, "align.mode=full says it"),
 }
 
 
+# command-line flags of scripts/align.py and scripts/translate.py -> what to do instead
+REMOVED_FLAGS: dict[str, str] = {
+    "--symmetrize": "--reverse-run merges the two heads' matrices by their geometric mean, read "
+    "by grow-diag at the pair's tuned tau, which beat every other combination",
+    "--threshold": "grow-diag's threshold is --tau (the plain threshold reading lost to it)",
+    "--save-dir": "a run's records are always kept in RUN/align, where every command looks",
+    "--layer": "--head L reads layer L's heads averaged",
+}
+
+
 def removed_message(key: str) -> str:
+    if key in REMOVED_FLAGS:
+        return f"{key} was removed: {REMOVED_FLAGS[key]} (docs/experiments.md)"
     return f"{key} was removed: {REMOVED[key][1]}; its figures are in docs/experiments.md"
 
 
-def refuse_removed(overrides: Iterable[str]) -> None:
-    """A command line's ``key=value`` (``+key=``, ``~key``) of a removed option: a UserError."""
-    for override in overrides:
-        key = override.lstrip("+~").split("=", 1)[0]
-        if key in REMOVED:
+def refuse_removed(arguments: Iterable[str], flags: bool = False) -> None:
+    """A command line's ``key=value`` (``+key=``, ``~key``) of a removed option, or with
+    ``flags`` a removed ``--flag`` of a script: a UserError."""
+    for argument in arguments:
+        key = argument.lstrip("+~").split("=", 1)[0]
+        if key in REMOVED or (flags and key in REMOVED_FLAGS):
             raise UserError(removed_message(key))
 
 

@@ -84,7 +84,7 @@ def run(cfg: DictConfig) -> dict:
     }
     if trainer.is_global_zero:
         if "aer" in val:  # once, not per DDP rank
-            print(aer_report(val["aer"], module.reading, module.extraction))
+            print(aer_report(val["aer"], module.reading))
         metrics["alignment"] = draw_heatmaps(
             module.model, datamodule, OmegaConf.to_object(cfg.heatmaps), out, module.reading
         )
@@ -140,7 +140,6 @@ def build_module(
         references={split: list(datamodule.text[split]["tgt"]) for split in ("valid", "test")},
         guided=guided_settings(cfg),
         gold_sets=gold_sets(cfg, datamodule.tokenizer),
-        extract={"method": cfg.align.extract, "parameter": cfg.align.threshold},
     )
     n_params = sum(p.numel() for p in module.model.parameters())
     log.info(
@@ -167,6 +166,8 @@ def guided_settings(cfg: DictConfig) -> dict | None:
         "layer": align.layer,
         "head": align.head,
         "mode": align.mode,
+        "extract": align.extract,
+        "tau": align.tau,
     }
 
 

@@ -6,7 +6,7 @@
 - ``pieces``: SentencePiece pieces <-> words, word links -> piece links;
 - ``eflomal``: the statistical aligner that supervises guided alignment, cached;
 - ``reading``: ``HeadReading`` and ``parse_head``, the parser of every ``--head``;
-- ``extract``: hard links from one soft matrix (argmax, intersect, threshold, grow-diag) and
+- ``extract``: hard links from one soft matrix (argmax, grow-diag at a tuned tau) and
   the choice of a method's parameter on a development set.
 
 It depends on the model's special ids only: ``data`` attaches its links to batches,

@@ -172,3 +172,27 @@ def align_corpus(
     tmp["reverse"].replace(paths["reverse"])
     tmp["gdfa"].replace(paths["gdfa"])
     return paths
+
+
+def align_beside(
+    sources: list[str],
+    targets: list[str],
+    train: tuple[Sequence[str], Sequence[str]],
+    cache: Path,
+    tokenize: tuple[str, str] | None = None,
+) -> dict[str, list[Links]]:
+    """eflomal's links of some pairs (a gold set's), aligned together with training pairs as
+    an unsupervised aligner is evaluated: ``forward``, ``reverse`` and their ``gdfa``, cached
+    under ``cache/alignments`` by the text. A training pair equal to one of them is given once."""
+    known = set(zip(sources, targets))
+    kept = [(s, t) for s, t in zip(*train) if (s, t) not in known]
+    src, tgt = list(sources) + [s for s, _ in kept], list(targets) + [t for _, t in kept]
+    key = f"benchmark_{corpus_key(src, tgt)}"
+    paths = align_corpus(lambda: (src, tgt), cache / "alignments", key, tokenize=tokenize)
+    return {
+        k: [
+            read_pharaoh(line)[0]
+            for line in Path(paths[k]).read_text().splitlines()[: len(sources)]
+        ]
+        for k in EFLOMAL_LINKS
+    }

@@ -8,14 +8,20 @@ link, are ``UserError``s: scoring against nothing would read as a perfect AER.
 
 from __future__ import annotations
 
+import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
+
+from omegaconf import MISSING
 
 from transformer_mt.align.links import Gold, Links, drop_outside, format_pharaoh, read_pharaoh, swap
 from transformer_mt.align.pieces import folds, word_starts
 from transformer_mt.errors import UserError
 from transformer_mt.model.vocab import EOS_ID
+
+log = logging.getLogger(__name__)
 
 
 def read_lines(path: str | Path, what: str = "file") -> list[str]:
@@ -151,20 +157,71 @@ def check_sure(gold: Gold, where: str) -> Gold:
 
 
 @dataclass
+class GoldSetConfig:
+    """A gold word-alignment set, scored while training (``align.gold.<name>``).
+
+    format: ``graca`` (a folder with ``alignment`` and ``test.<lang>`` in Graca et al.'s
+    markup), ``xlwa`` (an XL-WA TSV file), or ``pharaoh`` (``src``/``tgt`` sentence files and a
+    Pharaoh/NAACL ``path``). ``graca`` and ``xlwa`` are English-first; they are turned round
+    when English is the target (data.tgt_lang).
+    """
+
+    format: str = "pharaoh"
+    path: str = MISSING  # a run's config.yaml or a command line may leave it out: checked below
+    src: str | None = None  # pharaoh only: source sentences, one per line
+    tgt: str | None = None
+    reverse: bool = False  # pharaoh only: its links are target-source
+    one_indexed: bool = False  # pharaoh only
+
+    def __post_init__(self) -> None:
+        if self.format not in ("graca", "xlwa", "pharaoh"):
+            raise UserError(
+                f"align.gold format must be graca, xlwa or pharaoh, got {self.format!r}"
+            )
+
+    @classmethod
+    def typed(cls, where: str, sets: dict[str, Any]) -> dict[str, GoldSetConfig]:
+        """``{name: dict or GoldSetConfig}`` -> ``{name: GoldSetConfig}``, naming bad keys.
+
+        The config fields hold plain dicts (``dict[str, Any]``) so that a set can be added on
+        the command line (``+align.gold.NAME={format:xlwa,path:...}``), which OmegaConf refuses
+        for a dict of dataclasses; the fields are checked here instead.
+        """
+        known = {f.name for f in fields(cls)}
+        out = {}
+        for name, gold in sets.items():
+            if isinstance(gold, cls):
+                out[name] = gold
+                continue
+            gold = dict(gold)
+            unknown = sorted(set(gold) - known)
+            if unknown or "path" not in gold:
+                problem = f"unknown keys {unknown}" if unknown else "no path"
+                raise UserError(
+                    f"{where}.{name}: {problem}; a gold set has {sorted(known)}, e.g. "
+                    f"+{where}.{name}={{format:xlwa,path:/data/test.tsv}}"
+                )
+            out[name] = cls(**gold)
+        return out
+
+
+@dataclass
 class GoldSet:
-    """Sentence pairs (words split on spaces) and their (sure, possible) links (source i, target j)."""
+    """Sentence pairs (words split on spaces) and their (sure, possible) links (source i,
+    target j); ``gold`` None: pairs to align, with nothing to score them against."""
 
     name: str
     sources: list[str]
     targets: list[str]
-    gold: Gold
+    gold: Gold | None
 
     def __len__(self) -> int:
         return len(self.sources)
 
     def reversed(self) -> GoldSet:
         """The same pairs for a model translating the other way: sides and links swapped."""
-        return GoldSet(self.name, self.targets, self.sources, swap(self.gold))
+        gold = None if self.gold is None else swap(self.gold)
+        return GoldSet(self.name, self.targets, self.sources, gold)
 
     def foldable(self, tokenizer) -> tuple[GoldSet, int]:
         """The pairs whose pieces fold back into their words (the others cannot be scored
@@ -228,9 +285,14 @@ class GoldSet:
 GOLD_FORMATS = ("graca", "xlwa", "pharaoh")
 
 
-def load_gold_set(name: str, cfg, src_lang: str, tgt_lang: str) -> GoldSet:
-    """Read ``align.gold.<name>`` (a ``GoldSetConfig``) for a ``src_lang`` -> ``tgt_lang`` model."""
-    where = f"align.gold.{name}"
+def load_gold_set(
+    name: str, cfg, src_lang: str, tgt_lang: str, where: str | None = None
+) -> GoldSet:
+    """Read ``align.gold.<name>`` (a ``GoldSetConfig``) for a ``src_lang`` -> ``tgt_lang`` model.
+
+    Links outside their sentences are left out with a warning each (``clean_gold``); ``where``
+    names the set in messages (default ``align.gold.<name>``)."""
+    where = where or f"align.gold.{name}"
     path = Path(cfg.path).expanduser()
     if not path.exists():
         raise UserError(f"{where}: {path} does not exist")
@@ -258,5 +320,43 @@ def load_gold_set(name: str, cfg, src_lang: str, tgt_lang: str) -> GoldSet:
             f"{where}: {len(sources)} source sentences, {len(targets)} target "
             f"sentences and {len(gold)} lines of links"
         )
-    gold, _ = drop_outside(gold, sources, targets)
+    gold, warnings = clean_gold(gold, sources, targets, path)
+    for warning in warnings:
+        log.warning("warning: %s", warning)
     return GoldSet(name, sources, targets, check_sure(gold, f"{where} ({path})"))
+
+
+# The gold sets of the shared data folder ($TRANSFORMER_MT_DATA), by name: (format, path, and
+# for a Pharaoh set its languages, sentence files and links file, links first-second)
+SHARED_GOLD_SETS = {
+    "graca": ("graca", "word_alignment_gold_esen_graca/orig"),
+    "xlwa": ("xlwa", "word_alignment_gold_esen_xlwa/orig/test.tsv"),
+    "xlwa_dev": ("xlwa", "word_alignment_gold_esen_xlwa/orig/dev.tsv"),
+    "bicici": (
+        "pharaoh",
+        "word_alignment_gold_deen_bicici",
+        "de",
+        "en",
+        "test.de",
+        "test.en",
+        "de-en.wa",
+    ),
+}
+
+
+def shared_gold_set(name: str, folder: Path, src_lang: str, tgt_lang: str) -> GoldSet:
+    """A gold set of ``SHARED_GOLD_SETS`` under ``folder``, for a ``src_lang`` -> ``tgt_lang``
+    model (a Pharaoh set's sides and links turned round as needed)."""
+    fmt, rel, *pharaoh = SHARED_GOLD_SETS[name]
+    if not pharaoh:
+        return load_gold_set(name, GoldSetConfig(fmt, str(folder / rel)), src_lang, tgt_lang)
+    first, second, first_file, second_file, links = pharaoh
+    if {src_lang, tgt_lang} != {first, second}:
+        raise UserError(
+            f"gold set {name} pairs {first} with {second}; the run is {src_lang}->{tgt_lang}"
+        )
+    files = [str(folder / rel / f) for f in (first_file, second_file)]
+    reverse = src_lang != first
+    src, tgt = files[::-1] if reverse else files
+    spec = GoldSetConfig("pharaoh", str(folder / rel / links), src, tgt, reverse, False)
+    return load_gold_set(name, spec, src_lang, tgt_lang)

@@ -11,21 +11,29 @@ The three modes say which row of the head stands for target word j and what it s
 - ``shift``: the next row, where word j is the decoder's input (Chen et al. 2020);
 - ``full``: the row of j in a pass whose self-attention sees the whole target (Garg et al.
   2019's full context; one more pass through the decoder).
+
+Its ``extraction`` says how the rows become links (``transformer_mt.align.extract``). Unless
+told, every command reads ``default_reading``: the guided head if the run trained one, else
+the best head ``scripts/align.py`` recorded, else the last layer's heads averaged; each by the
+tau tuned for the run if one is recorded. A run's records are found from its directory or any
+of its checkpoints (``record_folder``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from torch import Tensor
+
+from transformer_mt.align.extract import ARGMAX, RECORD, Extraction, read_tuned, record_folder
+from transformer_mt.align.links import Links
 from transformer_mt.errors import UserError
 from transformer_mt.run_config import load_run_config, run_folder
 
 MODES = ("causal", "shift", "full")
-# The modes of the readings that scripts/align.py scores and records as a run's best head.
-READING_MODES = {"argmax": "causal", "shift": "shift", "intersect": "causal", "full": "full"}
 
 
 def resolve_index(number: int, count: int, what: str) -> int:
@@ -39,11 +47,13 @@ def resolve_index(number: int, count: int, what: str) -> int:
 
 @dataclass(frozen=True)
 class HeadReading:
-    """A decoder layer's cross-attention head (or its heads' mean) and the rows read for words."""
+    """A decoder layer's cross-attention head (or its heads' mean), the rows read for words,
+    and how their weights become links."""
 
     layer: int  # 1-based
     head: int | None  # 1-based; None: the layer's heads averaged
     mode: str = "causal"  # one of MODES
+    extraction: Extraction = ARGMAX
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -53,21 +63,28 @@ class HeadReading:
 
     @classmethod
     def of(
-        cls, layer: int, head: int | None, mode: str, n_layers: int, n_heads: int
+        cls,
+        layer: int,
+        head: int | None,
+        mode: str,
+        n_layers: int,
+        n_heads: int,
+        extraction: Extraction = ARGMAX,
     ) -> HeadReading:
         """Numbers as a user writes them (1-based or negative), checked against the model."""
         layer = resolve_index(layer, n_layers, "layer")
         head = None if head is None else resolve_index(head, n_heads, "head")
-        return cls(layer, head, mode)
+        return cls(layer, head, mode, extraction)
 
     @classmethod
     def from_config(cls, align, n_layers: int, n_heads: int) -> HeadReading:
         """The guided head of an ``AlignConfig``, or of a mapping with its keys (a run's saved
-        ``align`` block, a module's hyperparameters)."""
-        get = align.get if isinstance(align, Mapping) else lambda key: getattr(align, key)
-        layer, head, mode = get("layer"), get("head"), get("mode")
+        ``align`` block, a module's hyperparameters); ``extract`` / ``tau`` when it has them."""
+        get = align.get if isinstance(align, Mapping) else lambda key: getattr(align, key, None)
+        layer, head, mode = get("layer"), get("head"), get("mode") or "causal"
         try:
-            return cls.of(layer, head, mode, n_layers, n_heads)
+            extraction = Extraction(get("extract") or "argmax", get("tau"), "align.tau")
+            return cls.of(layer, head, mode, n_layers, n_heads, extraction)
         except UserError as err:
             raise UserError(f"align.layer={layer} / align.head={head}: {err}") from None
 
@@ -79,102 +96,175 @@ class HeadReading:
     def full_context(self) -> bool:
         return self.mode == "full"
 
+    def read_by(self, extraction: Extraction) -> HeadReading:
+        return replace(self, extraction=extraction)
+
+    def weights(self, words: Tensor) -> Tensor:
+        """This reading's word rows of captured cross-attention, EOS column kept.
+
+        Args:
+            words: (L, H, W_tgt + 1, W_src + 1) word-level cross-attention, EOS last on both
+                axes (captured with the whole target as context in ``full`` mode).
+
+        Returns:
+            (W_tgt, W_src + 1): row j for target word j (the next row in ``shift`` mode), the
+            head alone or the layer's heads averaged.
+        """
+        layer = words[self.layer - 1]  # (H, W_tgt + 1, W_src + 1)
+        picked = layer if self.head is None else layer[self.head - 1 : self.head]
+        rows = picked[:, 1:] if self.shift else picked[:, :-1]  # (h, W_tgt, W_src + 1)
+        return rows.mean(dim=0)
+
+    def matrix(self, words: Tensor) -> Tensor:
+        """(W_tgt, W_src): ``weights`` without the EOS column, what links are read from."""
+        return self.weights(words)[:, :-1]
+
+    def links(self, words: Tensor) -> Links:
+        """(source i, target j) links of one pair's captured words, read by ``extraction``."""
+        return self.extraction.links(self.matrix(words))
+
     @property
     def name(self) -> str:
         """``L:H`` or ``L``, as ``--head`` takes it, and the mode when not causal."""
         where = f"{self.layer}:{self.head}" if self.head is not None else str(self.layer)
         return where if self.mode == "causal" else f"{where} ({self.mode})"
 
+    @property
+    def label(self) -> str:
+        """``name`` and how links are read: ``2:1 (shift) by grow-diag 0.1``."""
+        return f"{self.name} by {self.extraction.name}"
+
 
 def guided_reading(run_dir: Path, n_layers: int, n_heads: int) -> HeadReading | None:
     """The head a run trained with ``align.guided``, read as it was trained (its
-    ``config.yaml``); None for a run without guidance."""
+    ``config.yaml``), by the run's tuned tau if it has one (else by its ``align.extract``);
+    None for a run without guidance."""
     if not (run_folder(run_dir) / "config.yaml").is_file():
         return None
     align = load_run_config(run_dir).get("align")
     if align is None or not align.get("guided", False):
         return None
-    # a run saved before align.mode had no flag set: causal
-    saved = {"layer": align.layer, "head": align.head, "mode": align.get("mode", "causal")}
-    return HeadReading.from_config(saved, n_layers, n_heads)
+    reading = HeadReading.from_config(align, n_layers, n_heads)
+    tuned = read_tuned(record_folder(run_dir) / RECORD)
+    return reading if tuned is None else reading.read_by(tuned)
 
 
-@dataclass
+@dataclass(frozen=True)
 class BestHead:
-    """The head (or layer mean) and reading with the lowest AER, as ``scripts/align.py``
-    records it in ``RUN_DIR/align/best_head.json``."""
+    """The reading with the lowest AER against a gold set, as ``scripts/align.py`` records
+    it in ``RUN_DIR/align/best_head.json``."""
 
-    layer: int
-    head: int | None
-    reading: str  # a key of READING_MODES
+    reading: HeadReading
     aer: float
 
-    @property
-    def head_reading(self) -> HeadReading:
-        return HeadReading(self.layer, self.head, READING_MODES[self.reading])
-
-    @property
-    def method(self) -> str:
-        """The extraction the head scored best with: ``intersect`` for that reading, else
-        ``argmax`` (the other readings differ in rows, not in how links are taken)."""
-        return "intersect" if self.reading == "intersect" else "argmax"
-
     def save(self, path: Path, grids: dict[str, list[list[float]]], what: str) -> None:
-        """Write the record with the AER grids it was chosen from (reading -> layer -> head)."""
-        record = {**asdict(self), "scored_on": what, "grids": grids}
+        """Write the record with the AER grids it was chosen from (mode -> layer -> head)."""
+        r = self.reading
+        record = {
+            "layer": r.layer,
+            "head": r.head,
+            "mode": r.mode,
+            "method": r.extraction.method,
+            "tau": r.extraction.tau,
+            "aer": self.aer,
+            "scored_on": what,
+            "grids": grids,
+        }
         path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
     @classmethod
-    def load(cls, run_dir: Path) -> BestHead:
-        run = run_folder(run_dir)
-        path = run / "align" / "best_head.json"
+    def load(cls, run_dir: Path) -> BestHead | None:
+        """The run's record (of a run directory or any of its checkpoints); None if none."""
+        path = record_folder(run_dir) / "best_head.json"
         if not path.is_file():
-            raise UserError(
-                f"--head best: {path} does not exist: run scripts/align.py {run} --src ... "
-                f"--tgt ... --gold ... first, or name the head as L:H"
-            )
+            return None
         record = json.loads(path.read_text(encoding="utf-8"))
-        return cls(record["layer"], record["head"], record["reading"], record["aer"])
+        if "mode" not in record:
+            raise UserError(
+                f"{path} was written by an older scripts/align.py: score the run again "
+                f"(scripts/align.py {run_folder(run_dir)} --src ... --tgt ... --gold ...)"
+            )
+        extraction = Extraction(record["method"], record["tau"], "recorded")
+        reading = HeadReading(record["layer"], record["head"], record["mode"], extraction)
+        return cls(reading, record["aer"])
 
 
-def head_method(
-    head: str | None, method: str | None, run_dir: Path, best: BestHead | None = None
-) -> str:
-    """The extraction method of ``--head head --method method``: an explicit method, else the
-    best head's own for ``--head best`` (``best``, one just chosen, else the run's record),
-    else argmax."""
-    if method is not None:
-        return method
-    if head != "best":
-        return "argmax"
-    return (best or BestHead.load(run_dir)).method
+def default_reading(run_dir: Path | None, n_layers: int, n_heads: int) -> HeadReading:
+    """The head every command reads unless told: the guided head if the run trained one, else
+    the best head ``scripts/align.py`` recorded, else the last layer's heads averaged (by the
+    run's tuned tau if it has one, else argmax)."""
+    if run_dir is None:
+        return HeadReading(n_layers, None)
+    guided = guided_reading(run_dir, n_layers, n_heads)
+    if guided is not None:
+        return guided
+    best = BestHead.load(run_dir)
+    if best is not None:
+        return best.reading
+    return HeadReading(n_layers, None, extraction=Extraction.for_run(folder=record_folder(run_dir)))
 
 
 def parse_head(
-    text: str,
+    text: str | None,
     n_layers: int,
     n_heads: int,
     run_dir: Path | None = None,
-    mode: str = "causal",
+    mode: str | None = None,
+    method: str | None = None,
+    tau: float | None = None,
 ) -> HeadReading:
-    """``--head`` of every command line -> a ``HeadReading``.
+    """``--head`` (with ``--mode``, ``--method`` and ``--tau``) of every command line ->
+    a ``HeadReading``.
 
     ``L:H`` is a head, ``L`` a layer's heads averaged (1-based; negative from the end), read
-    in ``mode``; ``best`` is the head and reading ``scripts/align.py`` recorded for the run;
-    ``guided`` the head the run trained with ``align.guided``, read as trained.
+    in ``mode`` (default causal); ``best`` is the reading ``scripts/align.py`` recorded for the
+    run, ``guided`` the head the run trained with ``align.guided``, read as trained; None is
+    ``default_reading``. ``method`` / ``tau`` override how links are read; otherwise a head
+    brings its own (the recorded best's, else the run's tuned tau, else argmax).
     """
-    if text in ("best", "guided"):
-        if run_dir is None:
-            raise UserError(f"--head {text} needs a run directory to look it up in")
-        if text == "best":
-            return BestHead.load(run_dir).head_reading
-        reading = guided_reading(run_dir, n_layers, n_heads)
-        if reading is None:
+    if text in (None, "best", "guided"):
+        if mode is not None:
             raise UserError(
-                f"--head guided: {run_folder(run_dir)} was not trained with align.guided=true "
-                f"(its config.yaml says so); name a head as L:H, or best after scripts/align.py"
+                f"--mode {mode} goes with --head L:H or L; "
+                f"{'the default head' if text is None else f'--head {text}'} brings its own"
             )
+        if text is not None and run_dir is None:
+            raise UserError(f"--head {text} needs a run directory to look it up in")
+        reading = named_reading(text, n_layers, n_heads, run_dir)
+    else:
+        reading = numbered_reading(text, n_layers, n_heads, mode or "causal")
+        if run_dir is not None:
+            reading = reading.read_by(Extraction.for_run(folder=record_folder(run_dir)))
+    if method is None and tau is None:
         return reading
+    folder = record_folder(run_dir) if run_dir is not None else None
+    return reading.read_by(Extraction.for_run(method, tau, folder))
+
+
+def named_reading(text: str | None, n_layers: int, n_heads: int, run_dir: Path) -> HeadReading:
+    """``--head best``, ``--head guided`` or no ``--head`` at all, looked up in the run."""
+    if text is None:
+        return default_reading(run_dir, n_layers, n_heads)
+    if text == "best":
+        best = BestHead.load(run_dir)
+        if best is None:
+            raise UserError(
+                f"--head best: {record_folder(run_dir) / 'best_head.json'} does not exist: run "
+                f"scripts/align.py {run_folder(run_dir)} --src ... --tgt ... --gold ... first, "
+                f"or name the head as L:H"
+            )
+        return best.reading
+    reading = guided_reading(run_dir, n_layers, n_heads)
+    if reading is None:
+        raise UserError(
+            f"--head guided: {run_folder(run_dir)} was not trained with align.guided=true "
+            f"(its config.yaml says so); name a head as L:H, or best after scripts/align.py"
+        )
+    return reading
+
+
+def numbered_reading(text: str, n_layers: int, n_heads: int, mode: str) -> HeadReading:
+    """``--head L:H`` or ``--head L`` in ``mode``, checked against the model."""
     layer_text, _, head_text = text.partition(":")
     try:
         layer = int(layer_text)

@@ -12,9 +12,9 @@ from transformer_mt.analysis.alignment import (
     LayerScores,
     corpus_attention,
     gold_aer,
-    head_rows,
     score_heads,
     score_layers,
+    score_reading,
     translation_links,
 )
 from transformer_mt.analysis.capture import (
@@ -34,7 +34,7 @@ __all__ = [
     "corpus_attention",
     "coverage",
     "gold_aer",
-    "head_rows",
+    "score_reading",
     "pair_attention",
     "row_entropy",
     "score_heads",

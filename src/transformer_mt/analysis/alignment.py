@@ -9,13 +9,12 @@ Legend: L layers, H heads, W_tgt target words, W_src source words.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from transformer_mt.align.extract import ARGMAX, Extraction
 from transformer_mt.align.gold import GoldSet
 from transformer_mt.align.links import Gold, Links, corpus_scores, scores_by_length
 from transformer_mt.align.reading import HeadReading
@@ -25,35 +24,14 @@ from transformer_mt.model import Transformer
 
 
 def translation_links(
-    model: Transformer,
-    tokenizer,
-    src_ids: list[int],
-    tgt_ids: list[int],
-    reading: HeadReading,
-    extraction: Extraction = ARGMAX,
+    model: Transformer, tokenizer, src_ids: list[int], tgt_ids: list[int], reading: HeadReading
 ) -> Links:
-    """Word links of a translation (piece ids, no EOS): ``reading``'s head read by ``extraction``.
+    """Word links of a translation (piece ids, no EOS), read as ``reading`` says.
 
     The EOS row and column are left out, so every link joins two real words.
     """
     pair = pair_attention(model, tokenizer, src_ids, tgt_ids, full_context=reading.full_context)
-    return extraction.links(head_rows(pair.words("cross"), reading)[:, :-1])
-
-
-def head_rows(words: Tensor, reading: HeadReading) -> Tensor:
-    """One reading's word rows of captured cross-attention.
-
-    Args:
-        words: (L, H, W_tgt + 1, W_src + 1) word-level cross-attention, EOS last on both axes.
-
-    Returns:
-        (W_tgt, W_src + 1): row j for target word j (the next row in ``shift`` mode), the
-        head alone or the layer's heads averaged.
-    """
-    layer = words[reading.layer - 1]  # (H, W_tgt + 1, W_src + 1)
-    picked = layer if reading.head is None else layer[reading.head - 1 : reading.head]
-    rows = picked[:, 1:] if reading.shift else picked[:, :-1]  # (h, W_tgt, W_src + 1)
-    return rows.mean(dim=0)
+    return reading.links(pair.words("cross"))
 
 
 @torch.no_grad()
@@ -97,9 +75,9 @@ def corpus_attention(
 
 @dataclass
 class LayerScores:
-    """How well one decoder layer's head-averaged cross-attention aligns, and how it looks."""
+    """How well one reading (a head, or a layer's heads averaged) aligns, and how it looks."""
 
-    layer: int  # 1-based
+    reading: HeadReading
     aer: float | None  # None without gold
     precision: float | None
     recall: float | None
@@ -108,100 +86,86 @@ class LayerScores:
     uniform: float  # mean log(n) over the same rows: the entropy of uniform attention
     entropy_by_tau: dict[float, float]  # the same mean entropy at other softmax temperatures
     uncovered: float  # fraction of source words whose coverage (column sum) is below 0.25
-    head: int | None = None  # 1-based head read alone; None: the heads averaged
 
     @property
-    def name(self) -> str:
-        """``L:H`` (a head) or ``L`` (the layer's mean), as ``--head`` takes it."""
-        return f"{self.layer}:{self.head}" if self.head is not None else str(self.layer)
+    def layer(self) -> int:
+        return self.reading.layer
 
 
-def score_layers(
+def score_reading(
     attention: list[Tensor],
-    gold: Gold | None = None,
-    method: str | Extraction = "argmax",
-    mode: str = "causal",
+    gold: Gold | None,
+    reading: HeadReading,
     temperatures: tuple[float, ...] = (0.5, 2.0),
-    head: int | None = None,
-) -> list[LayerScores]:
-    """Alignments, AER and diagnostics of every decoder layer.
+) -> LayerScores:
+    """Links, AER and diagnostics of one reading over a corpus.
 
     Args:
-        attention: ``corpus_attention`` output.
+        attention: ``corpus_attention`` output (captured with the whole target as context for
+            a ``full`` reading).
         gold: (sure, possible) per pair, or None to align without scoring.
-        method: an ``Extraction`` or its method (``transformer_mt.align.extract``).
-        mode: a ``HeadReading`` mode; ``shift`` reads target word j from the row where it is
-            the decoder's *input* (the next row; Chen et al. 2020) instead of the row that
-            produces it (``full`` attention is captured so by ``corpus_attention``).
-        head: align with this head alone (1-based) instead of the heads' mean; the
-            diagnostics (entropy, coverage) are then this head's as well.
     """
     if gold is not None and len(gold) != len(attention):
         raise ValueError(f"{len(gold)} gold lines for {len(attention)} sentence pairs")
+    links, entropies, uniforms, uncovered, n_src = [], [], [], 0, 0
+    by_tau: dict[float, list[Tensor]] = {t: [] for t in temperatures}
+    layer, head = reading.layer - 1, reading.head
+    for words in attention:
+        picked = words[layer] if head is None else words[layer, head - 1 : head]
+        heads = picked[:, :-1, :]  # (H, W_tgt, W_src + 1): target words' rows
+        links.append(reading.links(words))
+        entropies.append(row_entropy(heads).flatten())
+        uniforms.append(torch.full((heads[0].size(0),), math.log(heads.size(-1))))
+        for tau in temperatures:
+            by_tau[tau].append(row_entropy(with_temperature(heads, tau)).flatten())
+        cover = coverage(heads.mean(dim=0)[:, :-1])
+        uncovered += int((cover < 0.25).sum())
+        n_src += cover.numel()
+    aer = precision = recall = None
+    if gold is not None:
+        aer, precision, recall = corpus_scores(links, gold)
+    return LayerScores(
+        reading=reading,
+        aer=aer,
+        precision=precision,
+        recall=recall,
+        links=links,
+        entropy=float(torch.cat(entropies).mean()),
+        uniform=float(torch.cat(uniforms).mean()),
+        entropy_by_tau={t: float(torch.cat(v).mean()) for t, v in by_tau.items()},
+        uncovered=uncovered / max(n_src, 1),
+    )
+
+
+LAYER_MEAN = HeadReading(1, None)  # each layer's heads averaged, as the model predicts, by argmax
+
+
+def score_layers(
+    attention: list[Tensor], gold: Gold | None = None, like: HeadReading = LAYER_MEAN
+) -> list[LayerScores]:
+    """``score_reading`` of every decoder layer, each read as ``like`` (its head, mode and
+    extraction; its layer is the one that varies)."""
     n_layers = attention[0].size(0) if attention else 0
-    extraction = method if isinstance(method, Extraction) else Extraction(method)
-    scores = []
-    for layer in range(n_layers):
-        links, entropies, uniforms, uncovered, n_src = [], [], [], 0, 0
-        by_tau: dict[float, list[Tensor]] = {t: [] for t in temperatures}
-        reading = HeadReading(layer + 1, head, mode)
-        for words in attention:
-            picked = words[layer] if head is None else words[layer, head - 1 : head]
-            heads = picked[:, :-1, :]  # (H, W_tgt, W_src + 1): target words' rows
-            links.append(extraction.links(head_rows(words, reading)[:, :-1]))
-            entropies.append(row_entropy(heads).flatten())
-            uniforms.append(torch.full((heads[0].size(0),), math.log(heads.size(-1))))
-            for tau in temperatures:
-                by_tau[tau].append(row_entropy(with_temperature(heads, tau)).flatten())
-            cover = coverage(heads.mean(dim=0)[:, :-1])
-            uncovered += int((cover < 0.25).sum())
-            n_src += cover.numel()
-        aer = precision = recall = None
-        if gold is not None:
-            aer, precision, recall = corpus_scores(links, gold)
-        scores.append(
-            LayerScores(
-                layer=layer + 1,
-                aer=aer,
-                precision=precision,
-                recall=recall,
-                links=links,
-                entropy=float(torch.cat(entropies).mean()),
-                uniform=float(torch.cat(uniforms).mean()),
-                entropy_by_tau={t: float(torch.cat(v).mean()) for t, v in by_tau.items()},
-                uncovered=uncovered / max(n_src, 1),
-                head=head,
-            )
-        )
-    return scores
+    return [score_reading(attention, gold, replace(like, layer=n + 1)) for n in range(n_layers)]
 
 
 def score_heads(
-    attention: list[Tensor],
-    gold: Gold | None = None,
-    method: str | Extraction = "argmax",
-    mode: str = "causal",
+    attention: list[Tensor], gold: Gold | None = None, mode: str = "causal"
 ) -> list[list[LayerScores]]:
-    """``score_layers`` for every head alone and for the mean: per layer, H + 1 entries.
-
-    ``grid[l][h]`` is head h + 1 of layer l + 1; ``grid[l][-1]`` the layer's heads averaged.
-    """
+    """Every head alone and every layer's mean, read in ``mode`` by argmax: per layer, H + 1
+    entries; ``grid[l][h]`` is head h + 1 of layer l + 1, ``grid[l][-1]`` the layer's mean."""
     n_heads = attention[0].size(1) if attention else 0
     columns = [
-        score_layers(attention, gold, method, mode, head=h) for h in [*range(1, n_heads + 1), None]
+        score_layers(attention, gold, HeadReading(1, h, mode))
+        for h in [*range(1, n_heads + 1), None]
     ]
     return [list(row) for row in zip(*columns)]
 
 
 def gold_aer(
-    model: Transformer,
-    tokenizer,
-    gold: GoldSet,
-    reading: HeadReading | None = None,
-    extraction: Extraction = ARGMAX,
+    model: Transformer, tokenizer, gold: GoldSet, reading: HeadReading | None = None
 ) -> dict[str, float]:
-    """AER of one head (read by ``extraction``) and of the best layer's heads averaged
-    (argmax), as training logs it.
+    """AER of one reading and of the best layer's heads averaged (argmax), as training logs it.
 
     The model is put in eval mode by the caller; the layers' means are read as the model
     predicts (causal), the head in its own reading.
@@ -220,7 +184,7 @@ def gold_aer(
             attention = corpus_attention(
                 model, tokenizer, gold.sources, gold.targets, full_context=True
             )
-        links = [extraction.links(head_rows(words, reading)[:, :-1]) for words in attention]
+        links = [reading.links(words) for words in attention]
         out["head"] = corpus_scores(links, gold.gold)[0]
     lengths = [len(s.split()) for s in gold.sources]
     out["by_length"] = {

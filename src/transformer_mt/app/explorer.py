@@ -4,8 +4,8 @@ Type or pick a source sentence; translate it greedily or with beam search (any o
 or teacher-force a given target; look at cross-, decoder self- and encoder self-attention of
 any layer and head (or their mean) in words or pieces, hover a cell for its two words and
 weight; see the hard alignment as lines and each word's entropy and coverage, in any reading
-of cross-attention (as decoded, shift, full context; a run trained with ``align.guided`` opens
-on its guided head, in the reading it was trained in). Bad input is shown on the page as a
+of cross-attention (the ``HeadReading`` modes causal, shift, full; a run opens on the head every
+command reads unless told: its guided head, else its recorded best, else the last layer). Bad input is shown on the page as a
 message. Gradio and Plotly come with the ``app`` extra.
 """
 
@@ -18,11 +18,12 @@ from pathlib import Path
 import gradio as gr
 
 from transformer_mt.align.extract import EXTRACTIONS
-from transformer_mt.app.session import READINGS, Explorer, Hypothesis, parse_head
+from transformer_mt.align.reading import MODES
+from transformer_mt.app.session import Explorer, Hypothesis, head_choice
 from transformer_mt.errors import UserError
 
 log = logging.getLogger(__name__)
-MODES = ("translate", "teacher-force")
+TARGETS = ("translate", "teacher-force")
 KINDS = ("cross", "decoder", "encoder")
 UNITS = ("words", "pieces")
 
@@ -45,24 +46,23 @@ def _error(err: Exception) -> str:
     return f"**{err}**"
 
 
-def _opening_view(explorer: Explorer | None) -> tuple[list[str], str, list[str], str, str, str]:
-    """Layer choices and value, head choices and value, reading, and a line about the run:
-    a guided run opens on its guided head, in the reading it was trained in."""
+def _opening_view(
+    explorer: Explorer | None,
+) -> tuple[list[str], str, list[str], str, str, str, str]:
+    """Layer choices and value, head choices and value, mode, method, and a line about the
+    run: it opens on the head every command reads unless told (``default_reading``)."""
     n_layers, n_heads = (explorer.n_layers, explorer.n_heads) if explorer else (1, 1)
     layers = [str(n) for n in range(1, n_layers + 1)]
     heads = ["mean", *(str(n) for n in range(1, n_heads + 1))]
     if explorer is None:
-        return layers, layers[-1], heads, "mean", READINGS[0], ""
+        return layers, layers[-1], heads, "mean", MODES[0], "argmax", ""
     about = f"loaded {explorer.run_dir}: {n_layers} layers x {n_heads} heads"
-    guided = explorer.guided
-    if guided is None:
-        return layers, layers[-1], heads, "mean", explorer.default_reading, about
-    reading = explorer.default_reading
-    about += (
-        f"; trained with align.guided: head {guided.layer}:{guided.head}, "
-        f"{reading} reading (shown first)"
-    )
-    return layers, str(guided.layer), heads, str(guided.head), reading, about
+    opening = explorer.opening
+    if explorer.guided is not None:
+        about += f"; trained with align.guided: head {explorer.guided.name} (shown first)"
+    head = "mean" if opening.head is None else str(opening.head)
+    method = opening.extraction.method
+    return layers, str(opening.layer), heads, head, opening.mode, method, about
 
 
 def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
@@ -73,7 +73,9 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
         first = runs.get(str(run_dir))
     except UserError as err:
         message = _error(err)
-    layers, layer_value, heads, head_value, reading_value, about = _opening_view(first)
+    layers, layer_value, heads, head_value, reading_value, method_value, about = _opening_view(
+        first
+    )
     message = message or about
     examples = first.examples() if first else []
 
@@ -93,7 +95,7 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
                 example = gr.Dropdown(
                     choices=examples, value=None, label="examples", elem_id="examples"
                 )
-                mode = gr.Radio(list(MODES), value="translate", label="mode", elem_id="mode")
+                mode = gr.Radio(list(TARGETS), value="translate", label="mode", elem_id="mode")
                 target = gr.Textbox(label="target (teacher-force mode)", lines=1, elem_id="target")
                 with gr.Row():
                     beam = gr.Slider(1, 8, value=1, step=1, label="beam size (1: greedy)")
@@ -113,18 +115,18 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
             head = gr.Radio(heads, value=head_value, label="head", elem_id="head")
             unit = gr.Radio(list(UNITS), value="words", label="unit", elem_id="unit")
             reading = gr.Radio(
-                list(READINGS),
+                list(MODES),
                 value=reading_value,
                 label="reading of cross-attention",
-                info="shift: a word's row is where it is the decoder's input; "
-                "full context: the decoder sees the whole target",
+                info="causal: the row that predicts a word; shift: the row where it is the "
+                "decoder's input; full: the decoder sees the whole target",
                 elem_id="reading",
             )
             extract = gr.Radio(
                 list(EXTRACTIONS),
-                value="argmax",
+                value=method_value,
                 label="hard alignment",
-                info="threshold and grow-diag use the run's tuned tau (scripts/align.py --tune-on)",
+                info="grow-diag uses the run's tuned tau (scripts/align.py --tune-on)",
                 elem_id="extract",
             )
         heatmap = gr.Plot(label="attention", elem_id="heatmap")
@@ -139,7 +141,7 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
 
         def draw(explorer: Explorer, pair, kind_, layer_, head_, unit_, extract_, reading_):
             return explorer.figures(
-                pair, kind_, int(layer_), parse_head(head_), unit_, reading_, extract_
+                pair, kind_, int(layer_), head_choice(head_), unit_, reading_, extract_
             )
 
         def on_translate(run, text, mode_, tgt, beam_, n_best_, *view):
@@ -159,7 +161,7 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
             seconds = time.perf_counter() - start
             labels = [h.label(n) for n, h in enumerate(hyps, 1)]
             kept = {"run": run, "src_ids": src_ids, "hyps": hyps, "hyp": hyps[0], "pair": pair}
-            kept["full"] = view[-1] == "full context"  # how the pair was captured
+            kept["full"] = view[-1] == "full"  # how the pair was captured
             how = "given target" if mode_ == "teacher-force" else f"beam {int(beam_)}"
             return (
                 _opening_view(explorer)[-1],  # the run, and its guided head
@@ -180,7 +182,7 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
                 drawn = draw(explorer, pair, *view)
             except UserError as err:
                 return (_error(err), gr.skip(), *[gr.skip()] * 3, gr.skip())
-            full = view[-1] == "full context"
+            full = view[-1] == "full"
             return (
                 _opening_view(explorer)[-1],
                 hyp.text,
@@ -193,7 +195,7 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
                 return ("", *[gr.skip()] * 3, gr.skip())
             try:
                 explorer = runs.get(kept["run"])
-                full = view[-1] == "full context"
+                full = view[-1] == "full"
                 if full != kept["full"]:  # captured the other way: capture again
                     pair = explorer.attention(kept["src_ids"], kept["hyp"], view[-1])
                     kept = {**kept, "pair": pair, "full": full}
@@ -205,13 +207,16 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
             try:
                 explorer = runs.get(run)
             except UserError as err:
-                return (_error(err), *[gr.skip()] * 4, None)
-            new_layers, layer_, new_heads, head_, reading_, about_ = _opening_view(explorer)
+                return (_error(err), *[gr.skip()] * 5, None)
+            new_layers, layer_, new_heads, head_, reading_, method_, about_ = _opening_view(
+                explorer
+            )
             return (
                 about_,
                 gr.Radio(choices=new_layers, value=layer_),
                 gr.Radio(choices=new_heads, value=head_),
                 gr.Radio(value=reading_),
+                gr.Radio(value=method_),
                 gr.Dropdown(choices=explorer.examples(), value=None),
                 None,
             )
@@ -227,7 +232,7 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
         )
         for control in views:
             control.input(on_view, [state, *views], [note, *figures, state], **quick)
-        load.click(on_load, [run_box], [note, layer, head, reading, example, state])
+        load.click(on_load, [run_box], [note, layer, head, reading, extract, example, state])
     return page
 
 

@@ -1,8 +1,9 @@
 """What the attention explorer does, without the web page: load a run, translate (greedy or
 beam, n-best) or take a given target, capture every attention map of the chosen hypothesis,
-and draw it, in any of three readings (``READINGS``; a run trained with ``align.guided``
-opens in the reading its head was trained in). ``transformer_mt.app.explorer`` puts a Gradio page on top; tests drive this
-class directly as well as through a browser.
+and draw it, cross-attention in any ``HeadReading`` mode and extraction (the run opens on
+``default_reading``: its guided head, else its recorded best, else the last layer's mean).
+``transformer_mt.app.explorer`` puts a Gradio page on top; tests drive this class directly as
+well as through a browser.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from torch import Tensor
 
 from transformer_mt.align.extract import Extraction, record_folder
-from transformer_mt.align.reading import HeadReading, guided_reading
+from transformer_mt.align.reading import MODES, HeadReading, default_reading, guided_reading
 from transformer_mt.analysis.capture import PairAttention, pair_attention
 from transformer_mt.checkpoint import load_model, run_data_config
 from transformer_mt.data.files import open_text
@@ -37,12 +38,6 @@ KIND_NAMES = {
     "decoder": "decoder self-attention (target <- target so far)",
     "encoder": "encoder self-attention (source <- source)",
 }
-# The page's names of the HeadReading modes: how cross-attention rows stand for target words.
-# "as decoded": the row that predicts the word, the decoder seeing the target so far; "shift":
-# the row where the word is the decoder's input (Chen et al. 2020); "full context": captured
-# with the whole target as the decoder's context, the row that predicts the word.
-READINGS = ("as decoded", "shift", "full context")
-MODE_OF = dict(zip(READINGS, ("causal", "shift", "full"), strict=True))
 
 
 @dataclass(frozen=True)
@@ -71,20 +66,19 @@ class Explorer:
         except FileNotFoundError as err:  # not a run directory: say so, in our words
             raise UserError(str(err)) from None
         self.model.eval()
-        # the head trained with align.guided (None without), read by default as trained
+        # the head trained with align.guided (None without)
         self.guided: HeadReading | None = guided_reading(self.run_dir, self.n_layers, self.n_heads)
+        # what the page opens on: the head every command reads unless told
+        self.opening: HeadReading = default_reading(self.run_dir, self.n_layers, self.n_heads)
 
-    @property
-    def default_reading(self) -> str:
-        """The reading the run's guided head was trained in; "as decoded" for other runs."""
-        mode = self.guided.mode if self.guided is not None else "causal"
-        return next(label for label, m in MODE_OF.items() if m == mode)
-
-    def head_reading(self, layer: int, head: int | None, reading: str) -> HeadReading:
-        """The page's layer, head (None: the mean) and reading as a ``HeadReading``, checked
-        against the model where every ``--head`` is."""
-        _check_reading(reading)
-        return HeadReading.of(layer, head, MODE_OF[reading], self.n_layers, self.n_heads)
+    def head_reading(
+        self, layer: int, head: int | None, mode: str, method: str = "argmax"
+    ) -> HeadReading:
+        """The page's layer, head (None: the mean), mode and method as a ``HeadReading``,
+        checked against the model where every ``--head`` is; grow-diag at the run's tuned tau."""
+        _check_mode(mode)
+        extraction = Extraction.for_run(method, None, record_folder(self.run_dir))
+        return HeadReading.of(layer, head, mode, self.n_layers, self.n_heads, extraction)
 
     @property
     def n_layers(self) -> int:
@@ -165,11 +159,11 @@ class Explorer:
         return src_ids, [Hypothesis(self.tokenizer.decode([tgt_ids])[0], tgt_ids, 0.0)]
 
     def attention(
-        self, src_ids: list[int], hypothesis: Hypothesis, reading: str = "as decoded"
+        self, src_ids: list[int], hypothesis: Hypothesis, mode: str = "causal"
     ) -> PairAttention:
         """Every attention map of the source and one hypothesis (teacher-forced on it), with
-        the whole hypothesis as the decoder's context for the ``full context`` reading."""
-        _check_reading(reading)
+        the whole hypothesis as the decoder's context in ``full`` mode."""
+        _check_mode(mode)
         if len(hypothesis.tokens) + 1 > self.model.cfg.max_positions:
             raise UserError("the hypothesis is longer than the model's positions")
         return pair_attention(
@@ -177,7 +171,7 @@ class Explorer:
             self.tokenizer,
             src_ids,
             hypothesis.tokens,
-            full_context=reading == "full context",
+            full_context=mode == "full",
         )
 
     def figures(
@@ -187,18 +181,18 @@ class Explorer:
         layer: int,
         head: int | None,
         unit: str,
-        reading: str = "as decoded",
-        extract: str = "argmax",
+        mode: str = "causal",
+        method: str = "argmax",
     ):
         """The heatmap of ``kind`` for one layer (1-based) and head (1-based, None: the mean),
-        in words or pieces; the hard alignment as lines, read by ``extract`` (an
+        in words or pieces; the hard alignment as lines, read by ``method`` (an
         ``EXTRACTIONS`` method, with the run's tuned tau if ``scripts/align.py --tune-on``
         recorded one); entropy and coverage (both from cross-attention of the same layer and
         head, in words).
 
-        ``reading`` ``shift``: each target word's cross-attention row is the one where it is
-        the decoder's input (the heatmap then has no EOS row); ``full context`` expects ``pair``
-        captured that way (``attention(..., "full context")``). The titles name the reading.
+        ``mode`` ``shift``: each target word's cross-attention row is the one where it is
+        the decoder's input (the heatmap then has no EOS row); ``full`` expects ``pair``
+        captured that way (``attention(..., "full")``). The titles name the mode.
         """
         from transformer_mt.viz.interactive import (
             alignment_lines,
@@ -206,10 +200,11 @@ class Explorer:
             entropy_and_coverage,
         )
 
-        shift = self.head_reading(layer, head, reading).shift
+        reading = self.head_reading(layer, head, mode, method)
+        shift = reading.shift
         which = f"layer {layer}, " + ("heads averaged" if head is None else f"head {head}")
-        if reading != "as decoded":
-            which += f", {reading} reading"
+        if mode != "causal":
+            which += f", {mode} reading"
         rows, cols = pair.labels(kind, unit)
         weights = _pick(pair.view(kind, unit), layer, head)
         if shift and kind == "cross":  # target word t: the row where it is the input
@@ -222,35 +217,28 @@ class Explorer:
         heatmap = attention_heatmap(
             weights, rows, cols, f"{KIND_NAMES[kind]}, {which}", row_name, col_name
         )
-        cross = _pick(pair.words("cross"), layer, head)  # (W_tgt, W_src), EOS last on both
+        words = pair.words("cross")  # (L, H, W_tgt + 1, W_src + 1), EOS last on both
         src_words, tgt_words = pair.src_words, pair.tgt_words
         # links join real words (no EOS row or column); shift: word t read from row t + 1
-        if shift:
-            cross, tgt_words = cross[1:], tgt_words[:-1]
-            inner, real = cross[:, :-1], tgt_words
-        else:
-            inner, real = cross[:-1, :-1], tgt_words[:-1]
-        extraction = Extraction.for_run(extract, None, record_folder(self.run_dir))
-        found = extraction.links(inner)
-        links = {(i, j): float(inner[j, i]) for i, j in found}  # (source i, target j) -> weight
-        lines = alignment_lines(
-            links, src_words[:-1], real, f"hard alignment, {EXTRACTION_TITLES[extract]} ({which})"
-        )
+        cross = _pick(words, layer, head)[1:] if shift else _pick(words, layer, head)
+        tgt_words = tgt_words[:-1] if shift else tgt_words
+        inner = reading.matrix(words)
+        links = {(i, j): float(inner[j, i]) for i, j in reading.links(words)}  # -> weight
+        title = f"hard alignment, {EXTRACTION_TITLES[method]}, {reading.extraction.name} ({which})"
+        lines = alignment_lines(links, src_words[:-1], pair.tgt_words[:-1], title)
         stats = entropy_and_coverage(cross, src_words, tgt_words, f"cross-attention, {which}")
         return heatmap, lines, stats
 
 
 EXTRACTION_TITLES = {
     "argmax": "each target word to its most attended source word",
-    "intersect": "links that are both their row's and their column's maximum",
-    "threshold": "every weight over the threshold",
     "grow-diag": "row and column maxima grown from their intersection",
 }
 
 
-def _check_reading(reading: str) -> None:
-    if reading not in READINGS:
-        raise UserError(f"reading {reading!r}: choose one of {', '.join(READINGS)}")
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise UserError(f"reading {mode!r}: choose one of {', '.join(MODES)}")
 
 
 def _pick(weights: Tensor, layer: int, head: int | None) -> Tensor:
@@ -259,7 +247,7 @@ def _pick(weights: Tensor, layer: int, head: int | None) -> Tensor:
     return chosen.mean(dim=0) if head is None else chosen[head - 1]
 
 
-def parse_head(text: str | None) -> int | None:
+def head_choice(text: str | None) -> int | None:
     """The page's head choice: ``mean`` -> None, ``"2"`` -> 2."""
     if text is None or text == "mean":
         return None
@@ -268,4 +256,4 @@ def parse_head(text: str | None) -> int | None:
     return int(text)
 
 
-__all__ = ["DEMO_EXAMPLES", "READINGS", "Explorer", "Hypothesis", "parse_head"]
+__all__ = ["DEMO_EXAMPLES", "Explorer", "Hypothesis", "head_choice"]
