@@ -131,3 +131,35 @@ def test_sweep_table_lists_every_job_and_what_differs(tmp_path: Path) -> None:
     markdown = write_table(tmp_path, rows).read_text()
     assert "| 0 | model.n_heads=1 | 1.5M | 3 | 9.5 | 1.2 | 0.9 |" in markdown
     assert [r["job"] for r in csv.DictReader(open(tmp_path / "results.csv"))] == ["0", "1"]
+
+
+def test_pipeline_captures_full_context_only_when_a_full_reading_asks(tmp_path: Path) -> None:
+    import torch
+
+    from transformer_mt.align.extract import Extraction, save_tuned
+    from transformer_mt.align.gold import GoldSet
+    from transformer_mt.analysis.pipeline import CorpusAttention, Row, dev_set, every_method
+
+    causal = [torch.tensor([[[[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]]]])]  # (1,1,3,3)
+    full = [causal[0].flip(-2)]
+    calls = []
+    pairs = GoldSet("one", ["a b"], ["x y"], [({(0, 0), (1, 1)}, {(0, 0), (1, 1)})])
+    attention = CorpusAttention(pairs, causal, lambda: calls.append(1) or full)
+    assert attention.links(HeadReading(1, None)) == [{(0, 0), (1, 1)}]
+    # shift: word j from row j + 1 (the EOS row reads word 1: a tie, the first source word)
+    assert attention.links(HeadReading(1, None, "shift")) == [{(1, 0), (0, 1)}]
+    assert calls == []  # causal and shift read the model's own capture
+    assert (
+        attention.matrices(HeadReading(1, None, "full"))[0].tolist()
+        == full[0][0, 0, :-1, :-1].tolist()
+    )
+    attention.words("full")
+    assert calls == [1]  # captured once, kept
+    row = Row.of("x", attention.links(HeadReading(1, None)), pairs.gold)
+    assert (row.aer, row.precision, row.recall) == (0.0, 1.0, 1.0)
+    # every method on one head: the reading itself first, then grow-diag at the run's tau
+    save_tuned(tmp_path, 0.2, "dev", [])
+    readings = every_method(HeadReading(2, 1), tmp_path)
+    assert [r.extraction for r in readings] == [Extraction(), Extraction("grow-diag", 0.2)]
+    with pytest.raises(UserError, match="--tune-on 'dev.tsv': expected xlwa:FILE.tsv or graca"):
+        dev_set("dev.tsv", ("es", "en"))
