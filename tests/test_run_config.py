@@ -74,6 +74,21 @@ def test_a_head_read_by_a_removed_flag_is_refused_everywhere(tmp_path) -> None:
         guided_reading(run, 2, 2)
     _run(tmp_path, "align:\n  guided: true\n  layer: 1\n  head: 1\n  shift: false\n")
     assert guided_reading(run, 2, 2).mode == "causal"  # saved before align.mode, no flag set
+    # the threshold of a run saved before align.tau: null reads as today, a value is named
+    _run(tmp_path, "align:\n  guided: true\n  layer: 1\n  head: 1\n  threshold: null\n")
+    assert guided_reading(run, 2, 2).extraction.method == "argmax"
+    saved = (
+        "align:\n  guided: true\n  layer: 1\n  head: 1\n  extract: grow-diag\n  threshold: 0.2\n"
+    )
+    _run(tmp_path, saved)
+    with pytest.raises(
+        UserError, match="align.threshold=0.2: .* grow-diag's threshold is align.tau"
+    ):
+        guided_reading(run, 2, 2)
+    # a guided head read by a removed method is named, with what won
+    _run(tmp_path, "align:\n  guided: true\n  layer: 1\n  head: 1\n  extract: intersect\n")
+    with pytest.raises(UserError, match="'intersect': choose one of argmax, grow-diag .threshold"):
+        guided_reading(run, 2, 2)
 
 
 def test_a_missing_config_is_a_clear_error(tmp_path) -> None:
