@@ -132,7 +132,7 @@ def main() -> None:
         if not how.source.startswith("tuned"):
             print(f"note: no tau tuned for the pair: {how.name} (tune it with --tune-on)")
         links, theirs = merge_pair(attention, reading, pair, how)
-        print(f"merged with {pair[1].label} of {args.reverse_run} by their geometric mean, read")
+        print(f"merged with {pair[1].name} of {args.reverse_run} by their geometric mean, read")
         print(f"  by {how.name} {how.source}".rstrip())
         if gold is not None:
             rows += [Row.of(f"reverse: {pair[1].label}", theirs, gold)]

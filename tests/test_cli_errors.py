@@ -12,6 +12,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from transformer_mt import Transformer
+from transformer_mt.model.config import TransformerConfig
+
 from .conftest import ROOT
 from .scripts import run_script
 
@@ -43,12 +46,22 @@ def paths(demo_run, tmp_path_factory) -> SimpleNamespace:
     saved = OmegaConf.load(removed / "config.yaml")
     saved.data.eflomal_tokenize = "moses"
     OmegaConf.save(saved, removed / "config.yaml")
+    # a pre-LN run (random weights of the demo's shape), which Transformers' Marian cannot hold
+    pre_ln = tmp / "pre_ln_run"
+    shutil.copytree(run, pre_ln, ignore=shutil.ignore_patterns("*.ckpt"))
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    shape = {**ckpt["hyper_parameters"]["model"], "norm_first": True}
+    ckpt["hyper_parameters"]["model"] = shape
+    weights = Transformer(TransformerConfig(**shape)).state_dict()
+    ckpt["state_dict"] = {f"model.{k}": v for k, v in weights.items()}
+    torch.save(ckpt, pre_ln / "checkpoints" / "last.ckpt")
     return SimpleNamespace(
         tmp=tmp,
         run=run,
         missing=tmp / "no_such_run",
         not_a_run=tmp / "not_a_run",
         removed_run=removed,
+        pre_ln_run=pre_ln,
     )
 
 
@@ -315,6 +328,18 @@ CASES = {
         lambda p: [p.run, "--quantization", "int3"],
         {},
         r"--quantization: invalid choice: 'int3'",
+    ),
+    "export_hf a missing run": (
+        "export_hf.py",
+        lambda p: [p.missing, "--out", p.tmp / "hf_new"],
+        {},
+        r"no_such_run does not exist: pass a run directory",
+    ),
+    "export_hf a run it cannot express exactly": (
+        "export_hf.py",
+        lambda p: [p.pre_ln_run, "--out", p.tmp / "hf_pre_ln"],
+        {},
+        r"cannot export to Transformers exactly: model.norm_first=true",
     ),
     "average_checkpoints a missing run": (
         "average_checkpoints.py",

@@ -83,7 +83,8 @@ class HeadReading:
         get = align.get if isinstance(align, Mapping) else lambda key: getattr(align, key, None)
         layer, head, mode = get("layer"), get("head"), get("mode") or "causal"
         try:
-            extraction = Extraction(get("extract") or "argmax", get("tau"), "align.tau")
+            method, tau = get("extract") or "argmax", get("tau")
+            extraction = Extraction(method, tau, "align.tau" if tau is not None else "")
             return cls.of(layer, head, mode, n_layers, n_heads, extraction)
         except UserError as err:
             raise UserError(f"align.layer={layer} / align.head={head}: {err}") from None

@@ -237,6 +237,8 @@ def export_hf(run_dir: str | Path, out: str | Path | None = None, average_last: 
     that ``transformers`` loads with no code of ours: weights, config, generation config,
     tokenizer and a model card. Returns the directory (default ``RUN_DIR/hf``)."""
     require_transformers()
+    if not Path(run_dir).exists():
+        raise UserError(f"{run_dir} does not exist: pass a run directory of scripts/train.py")
     run = run_folder(run_dir)
     if not (run / TOKENIZER_FILE).is_file():
         raise UserError(
