@@ -293,11 +293,15 @@ transformer-mt and exported to
 `MarianMTModel`: the same weights, the same logits.
 
 ```python
-from transformers import pipeline
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-translate = pipeline("translation", model="{out.name}")
-print(translate("{data.get("example") or "..."}")[0]["translation_text"])
+model = AutoModelForSeq2SeqLM.from_pretrained("{out.name}")
+tokenizer = AutoTokenizer.from_pretrained("{out.name}")
+batch = tokenizer(["{data.get("example") or "..."}"], return_tensors="pt")
+print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 ```
+
+With Transformers 4.x, `pipeline("translation", model="{out.name}")` works as well.
 
 - **Data**: `data={data.get("name", "?")}` ({data.get("source", "?")} source).
 - **Model**: `model={model.get("name", "?")}`: {shape}; post-LN, sinusoidal positions, tied
@@ -310,7 +314,7 @@ print(translate("{data.get("example") or "..."}")[0]["translation_text"])
 How it was made:
 
 ```bash
-python scripts/train.py {" ".join(_overrides(run))}
+{" ".join(["python scripts/train.py", *_overrides(run)])}
 python scripts/export_hf.py <run> --average-last {len(checkpoints)}
 ```
 
