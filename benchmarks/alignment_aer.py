@@ -14,8 +14,10 @@ best head (any mode), best layer mean and guided head; every forward run merged 
 reverse run (geometric mean, grow-diag: the recipe); with ``--tune-on`` each head by grow-diag
 and the merged pairs at a tau chosen on that development set, and the ceiling (eflomal's links
 as rows, read back the same way). ``--by-length``: AER by source length, and the merged pairs
-minus eflomal; ``--join-short K``: each set's short pairs alone and joined K at a time. Then
-each head against eflomal as the gold, and each guided head against its own training links.
+minus eflomal; ``--join-short K``: each set's short pairs alone and joined K at a time (K 6-10:
+60-100 words). Then each head against eflomal as the gold, each guided head against its own
+training links, and with ``--agreement-on newstest2013`` every head and merged pair against
+eflomal on that long news text (no gold), by source length.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ from transformer_mt.analysis.pipeline import (
 )
 from transformer_mt.cli import ArgumentParser, report_user_errors
 from transformer_mt.data.sources import load_corpus
+
+# real text without gold for --agreement-on: name -> (folder under --data-dir, file stem)
+AGREEMENT_TEXTS = {"newstest2013": ("wmt13_newstest2013_esen", "newstest2013")}
 
 
 @dataclass
@@ -165,6 +170,40 @@ def score_gold(gold: GoldSet, runs: list[Run], args, train: dict, dev: GoldSet |
     print(format_rows([Row.of(r.label, r.links, teacher) for r in found + merges], width=56))
 
 
+def agreement_on_text(runs: list[Run], args, train: dict, dev: GoldSet | None) -> None:
+    """Long real text without gold (``--agreement-on``): eflomal aligns it beside the training
+    pairs, and each head and merged pair is scored against eflomal's links as if they were gold,
+    by source length: flat with length is what a head that reads long sentences well gives."""
+    src_lang, tgt_lang = runs[0].aligner.direction
+    folder, stem = AGREEMENT_TEXTS[args.agreement_on]
+    read = [
+        (args.data_dir / folder / f"{stem}.{lang}").read_text().splitlines()
+        for lang in (src_lang, tgt_lang)
+    ]
+    pairs = GoldSet(args.agreement_on, *read, None)
+    for run in runs:  # the pairs every run folds into its words, within its positions
+        own, _ = run.own(pairs).foldable(
+            run.aligner.tokenizer, run.aligner.model.cfg.max_positions - 2
+        )
+        pairs = run.own(own)
+    gdfa = align_beside(pairs.sources, pairs.targets, **train)["gdfa"]
+    as_gold = GoldSet(
+        f"{args.agreement_on} (eflomal as gold)",
+        pairs.sources,
+        pairs.targets,
+        [(ls, ls) for ls in gdfa],
+    )
+    rows, heads = [], {}
+    for run in runs:
+        found, heads[run.name] = run_rows(run, as_gold, dev)
+        rows += found
+    print(
+        f"\nagainst eflomal grow-diag-final-and on {len(pairs):,} pairs of {args.agreement_on}, by source length:"
+    )
+    for row in rows + merged_rows(runs, heads, as_gold, dev):
+        print(f"  {row.label}: {row.aer:.3f}  {format_by_length(row.links, as_gold)}")
+
+
 def teacher_agreement(run: Run, n: int, seed: int = 0) -> Row | None:
     """A guided head against the links it was trained on, on ``n`` of its training pairs drawn
     at random (seeded): how well it fits its supervision at all; None without guidance."""
@@ -211,11 +250,14 @@ def parse_args() -> Namespace:
     parser.add_argument("--short-words", type=int, default=10, help="see --join-short")
     parser.add_argument("--tune-on", choices=sorted(SHARED_GOLD_SETS), help="a dev gold set")
     parser.add_argument("--teacher-pairs", type=int, default=400, help="0: no teacher rows")
+    parser.add_argument(
+        "--agreement-on", choices=sorted(AGREEMENT_TEXTS), help="long text, no gold"
+    )
     args = parser.parse_args()
     if args.tune_on is not None and args.tune_on in args.gold:
         parser.error(f"--tune-on {args.tune_on} is also a --gold set: tune on another")
-    if (args.gold or args.tune_on) and args.data_dir is None:
-        parser.error("--gold and --tune-on need --data-dir or TRANSFORMER_MT_DATA")
+    if (args.gold or args.tune_on or args.agreement_on) and args.data_dir is None:
+        parser.error("--gold, --tune-on and --agreement-on need --data-dir or TRANSFORMER_MT_DATA")
     return args
 
 
@@ -239,6 +281,8 @@ def main() -> None:
     dev = shared_gold_set(args.tune_on, args.data_dir, *langs) if args.tune_on else None
     for gold in gold_sets(args, *langs):
         score_gold(gold, runs, args, train, dev)
+    if args.agreement_on:
+        agreement_on_text(runs, args, train, dev)
     if args.teacher_pairs:
         agreement = [teacher_agreement(run, args.teacher_pairs) for run in runs]
         print("\nguided heads against the links they were trained on (their training pairs):")

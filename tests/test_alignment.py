@@ -379,31 +379,35 @@ def test_a_gold_set_that_cannot_score_is_refused(tmp_path, content, message) -> 
 def test_aer_by_source_length_buckets_hand_computed() -> None:
     from transformer_mt.align.links import scores_by_length
 
-    sources = [3, 15, 40, 12]  # words per source sentence
+    sources = [3, 15, 40, 12, 60]  # words per source sentence
     gold = [
         ({(0, 0)}, {(0, 0)}),
         ({(1, 1)}, {(1, 1)}),
         ({(2, 2)}, {(2, 2)}),
         (set(), {(0, 1)}),  # possible links only: counted in its bucket's sentences, no sure link
+        ({(5, 5)}, {(5, 5)}),
     ]
-    links = [{(0, 0)}, {(0, 0)}, {(2, 2), (3, 3)}, set()]
+    links = [{(0, 0)}, {(0, 0)}, {(2, 2), (3, 3)}, set(), {(5, 5)}]
     buckets = scores_by_length(links, gold, sources)
-    assert list(buckets) == ["1-10", "11-20", ">30"]  # no sentence of 21-30 words
+    assert list(buckets) == ["1-10", "11-20", "31-50", ">50"]  # no sentence of 21-30 words
     assert buckets["1-10"] == (0.0, 1.0, 1.0, 1)
     assert buckets["11-20"] == (1.0, 0.0, 0.0, 2)  # sentences 2 and 4
-    aer, precision, recall, n = buckets[">30"]
+    aer, precision, recall, n = buckets["31-50"]
     assert (aer, precision, recall, n) == (pytest.approx(1 / 3), 0.5, 1.0, 1)  # 1 - 2/3
+    assert buckets[">50"] == (0.0, 1.0, 1.0, 1)
 
     from transformer_mt.align.gold import GoldSet
     from transformer_mt.analysis.pipeline import format_by_length
 
     words = [" ".join("w" * n) for n in sources]
-    pairs = GoldSet("four", words, words, gold)
-    assert format_by_length(links, pairs) == "1-10: 0.000 (1)  11-20: 1.000 (2)  >30: 0.333 (1)"
-    perfect = [{(0, 0)}, {(1, 1)}, {(2, 2)}, set()]  # every sure link, nothing else: AER 0
+    pairs = GoldSet("five", words, words, gold)
+    assert format_by_length(links, pairs) == (
+        "1-10: 0.000 (1)  11-20: 1.000 (2)  31-50: 0.333 (1)  >50: 0.000 (1)"
+    )
+    perfect = [{(0, 0)}, {(1, 1)}, {(2, 2)}, set(), {(5, 5)}]  # every sure link, nothing else
     assert format_by_length(links, pairs, minus=perfect) == (
-        "1-10: +0.000 (1)  11-20: +1.000 (2)  >30: +0.333 (1)"
+        "1-10: +0.000 (1)  11-20: +1.000 (2)  31-50: +0.333 (1)  >50: +0.000 (1)"
     )
     assert format_by_length(perfect, pairs, minus=links) == (
-        "1-10: +0.000 (1)  11-20: -1.000 (2)  >30: -0.333 (1)"
+        "1-10: +0.000 (1)  11-20: -1.000 (2)  31-50: -0.333 (1)  >50: +0.000 (1)"
     )

@@ -114,15 +114,15 @@ def test_length_histogram_of_a_built_split_contains_the_joined_lengths():
     long_pair = {"src_ids": list(range(10, 18)) + [EOS_ID], "tgt_ids": [20, EOS_ID], "links": []}
     train = split([long_pair] * 20)  # 8 words each
     before = length_histogram(source_word_lengths(train, starts))
-    assert before == {"1-10": 1.0, "11-20": 0.0, "21-30": 0.0, ">30": 0.0}
+    assert before == {"1-10": 1.0, "11-20": 0.0, "21-30": 0.0, "31-50": 0.0, ">50": 0.0}
     cfg = ConcatConfig(share=1.0, max_parts=4)
     joined = join_pairs(train, cfg, max_len=64, seed=0)
     lengths = source_word_lengths(joined, starts)
     assert set(lengths[:20]) == {8} and set(lengths[20:]) <= {16, 24, 32}
     after = length_histogram(lengths)
     assert after["1-10"] == pytest.approx(0.5)
-    assert after["11-20"] + after["21-30"] + after[">30"] == pytest.approx(0.5)
-    assert after[">30"] > 0
+    assert after["11-20"] + after["21-30"] + after["31-50"] == pytest.approx(0.5)
+    assert after["31-50"] > 0 and after[">50"] == 0.0  # 4 parts of 8 words: 32 at most
 
 
 @pytest.mark.parametrize(

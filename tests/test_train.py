@@ -144,10 +144,22 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     command = ["--run", f"tiny={out}", "--gold-files", *files]
     how = f"({reading})"
     if not shift:  # the two directions, below, once: the reading does not change them
-        result = run_script(script, *command, "--teacher-pairs", "0")
+        # long text without gold: each head against eflomal's links, by source length
+        text = tmp_path / "data" / "wmt13_newstest2013_esen"
+        text.mkdir(parents=True)
+        long_es = " ".join(["el gato negro duerme en casa"] * 10)  # 60 words
+        (text / "newstest2013.es").write_text(f"el gato negro\nla casa\n{long_es}\n")
+        (text / "newstest2013.en").write_text(
+            "the black cat\nthe house\n" + " ".join(["the black cat sleeps at home"] * 10) + "\n"
+        )
+        agree = ("--agreement-on", "newstest2013", "--data-dir", tmp_path / "data")
+        result = run_script(script, *command, "--teacher-pairs", "0", *agree)
         assert result.returncode == 0, result.stderr
         assert f"tiny: guided head 1:1 {how}" in result.stdout
         assert "eflomal grow-diag-final-and" in result.stdout
+        after = result.stdout.split("against eflomal grow-diag-final-and on ")[-1]
+        assert after.startswith("3 pairs of newstest2013, by source length:")
+        assert f"tiny: guided head 1:1 {how}: " in after and ">50: " in after
         return
     # a run that translates the other way (here: the same weights, told they read English) is
     # scored on the gold turned round, and its head's matrices merged with the first run's

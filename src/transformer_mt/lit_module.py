@@ -276,7 +276,7 @@ class TranslationModule(L.LightningModule):
                 self._log_everywhere(f"val/aer_{gold.name}", found["head"], prog_bar=True)
             self._log_everywhere(f"val/aer_{gold.name}_best_layer", found["best_layer_aer"])
             self._log_everywhere(f"val/aer_{gold.name}_which_layer", found["best_layer"])
-            for bucket, aer in found["by_length"].items():  # 1-10 -> len1_10, >30 -> lenover30
+            for bucket, aer in found["by_length"].items():  # 1-10 -> len1_10, >50 -> lenover50
                 key = bucket.replace(">", "over").replace("-", "_")
                 self._log_everywhere(f"val/aer_{gold.name}_len{key}", aer)
 

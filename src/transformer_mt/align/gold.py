@@ -223,29 +223,27 @@ class GoldSet:
         gold = None if self.gold is None else swap(self.gold)
         return GoldSet(self.name, self.targets, self.sources, gold)
 
-    def foldable(self, tokenizer) -> tuple[GoldSet, int]:
+    def foldable(self, tokenizer, max_pieces: int | None = None) -> tuple[GoldSet, int]:
         """The pairs whose pieces fold back into their words (the others cannot be scored
-        word by word), and how many were left out.
+        word by word) and, with ``max_pieces``, fit in that many pieces with EOS on both sides;
+        and how many were left out.
 
         Args:
             tokenizer: a ``transformer_mt.data.tokenizer.Tokenizer`` (its ``sp`` and ``encode``).
         """
         starts = word_starts(tokenizer.sp)
+        limit = max_pieces if max_pieces is not None else float("inf")
         keep = [
             n
             for n, (src, tgt) in enumerate(zip(self.sources, self.targets))
             if all(
-                folds(ids + [EOS_ID], text, starts)
+                folds(ids + [EOS_ID], text, starts) and len(ids) + 1 <= limit
                 for ids, text in zip(tokenizer.encode([src, tgt]), (src, tgt))
             )
         ]
-        kept = GoldSet(
-            self.name,
-            [self.sources[n] for n in keep],
-            [self.targets[n] for n in keep],
-            [self.gold[n] for n in keep],
-        )
-        return kept, len(self) - len(keep)
+        gold = None if self.gold is None else [self.gold[n] for n in keep]
+        sources, targets = [self.sources[n] for n in keep], [self.targets[n] for n in keep]
+        return GoldSet(self.name, sources, targets, gold), len(self) - len(keep)
 
     def joined(self, parts: int, max_words: int = 10) -> GoldSet:
         """Long pairs made of short ones: the pairs whose source has at most ``max_words`` words,

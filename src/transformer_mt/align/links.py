@@ -160,11 +160,11 @@ def drop_outside(
 
 # Source-length buckets (words) that reports break AER down by: gold sets of long sentences are
 # where an aligner trained on short pairs loses most.
-LENGTH_BUCKETS = ((1, 10), (11, 20), (21, 30), (31, None))
+LENGTH_BUCKETS = ((1, 10), (11, 20), (21, 30), (31, 50), (51, None))
 
 
 def bucket_name(low: int, high: int | None) -> str:
-    """``1-10`` ... ``>30``."""
+    """``1-10`` ... ``31-50``, ``>50``."""
     return f"{low}-{high}" if high is not None else f">{low - 1}"
 
 
