@@ -176,11 +176,11 @@ def agreement_on_text(runs: list[Run], args, train: dict, dev: GoldSet | None) -
     by source length: flat with length is what a head that reads long sentences well gives."""
     src_lang, tgt_lang = runs[0].aligner.direction
     folder, stem = AGREEMENT_TEXTS[args.agreement_on]
-    read = [
+    texts = [
         (args.data_dir / folder / f"{stem}.{lang}").read_text().splitlines()
         for lang in (src_lang, tgt_lang)
     ]
-    pairs = GoldSet(args.agreement_on, *read, None)
+    pairs = GoldSet(args.agreement_on, *texts, None)
     for run in runs:  # the pairs every run folds into its words, within its positions
         own, _ = run.own(pairs).foldable(
             run.aligner.tokenizer, run.aligner.model.cfg.max_positions - 2
@@ -197,9 +197,8 @@ def agreement_on_text(runs: list[Run], args, train: dict, dev: GoldSet | None) -
     for run in runs:
         found, heads[run.name] = run_rows(run, as_gold, dev)
         rows += found
-    print(
-        f"\nagainst eflomal grow-diag-final-and on {len(pairs):,} pairs of {args.agreement_on}, by source length:"
-    )
+    what = f"{len(pairs):,} pairs of {args.agreement_on}"
+    print(f"\nagainst eflomal grow-diag-final-and on {what}, by source length:")
     for row in rows + merged_rows(runs, heads, as_gold, dev):
         print(f"  {row.label}: {row.aer:.3f}  {format_by_length(row.links, as_gold)}")
 
