@@ -41,7 +41,7 @@ from transformer_mt.align.gold import (
     load_gold_set,
     shared_gold_set,
 )
-from transformer_mt.align.links import Links, read_pharaoh
+from transformer_mt.align.links import Links, read_pharaoh, turned_round
 from transformer_mt.align.reading import HeadReading
 from transformer_mt.analysis.pipeline import (
     Aligner,
@@ -77,7 +77,7 @@ class Run:
 
     def turn(self, links: list[Links]) -> list[Links]:
         """Links in this run's direction -> in the first run's."""
-        return [{(j, i) for i, j in ls} for ls in links] if self.reverse else links
+        return [turned_round(ls) for ls in links] if self.reverse else links
 
     def on_dev(self, reading: HeadReading, dev: GoldSet) -> list[Tensor]:
         """``reading``'s matrices of the dev set in this run's direction (captured once)."""

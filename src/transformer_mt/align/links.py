@@ -46,9 +46,14 @@ def format_pharaoh(links: Links) -> str:
     return " ".join(f"{i}-{j}" for i, j in sorted(links))
 
 
+def turned_round(links: Links) -> Links:
+    """Each link turned round, (i, j) -> (j, i): the links of the other translation direction."""
+    return {(j, i) for i, j in links}
+
+
 def swap(gold: Gold) -> Gold:
-    """Each link turned round, (i, j) -> (j, i): gold for the other translation direction."""
-    return [({(j, i) for i, j in s}, {(j, i) for i, j in p}) for s, p in gold]
+    """Gold for the other translation direction: its sure and possible links turned round."""
+    return [(turned_round(s), turned_round(p)) for s, p in gold]
 
 
 SYMMETRIZATIONS = ("intersect", "union", "grow-diag-final-and")

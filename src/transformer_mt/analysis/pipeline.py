@@ -37,7 +37,14 @@ from transformer_mt.align.extract import (
     tune,
 )
 from transformer_mt.align.gold import GoldSet, load_gold_set, read_sentences
-from transformer_mt.align.links import Gold, Links, corpus_scores, read_pharaoh, scores_by_length
+from transformer_mt.align.links import (
+    Gold,
+    Links,
+    corpus_scores,
+    read_pharaoh,
+    scores_by_length,
+    turned_round,
+)
 from transformer_mt.align.reading import MODES, BestHead, HeadReading, guided_reading, parse_head
 from transformer_mt.analysis.alignment import (
     LAYER_MEAN,
@@ -214,7 +221,7 @@ def merge_pair(
     reverse, theirs = pair
     backward = reverse_matrices(reverse, forward.pairs, theirs)
     links = read(merged(forward.matrices(reading), backward), how)
-    own = [{(j, i) for i, j in theirs.extraction.links(b.T)} for b in backward]
+    own = [turned_round(theirs.extraction.links(b.T)) for b in backward]
     return links, own
 
 
@@ -264,8 +271,9 @@ class HeadScan:
             mode: [[round(s.aer, 4) for s in row] for row in grid]
             for mode, grid in self.grids.items()
         }
-        self.best.save(folder / "best_head.json", grids, what)
-        return self.best
+        best = self.best
+        best.save(folder / "best_head.json", grids, what)
+        return best
 
 
 def _aer(scores: LayerScores) -> float:
