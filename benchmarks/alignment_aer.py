@@ -27,6 +27,7 @@ import time
 from argparse import Namespace, RawDescriptionHelpFormatter
 from dataclasses import dataclass, field
 from pathlib import Path
+from string import punctuation as PUNCTUATION
 
 import numpy as np
 from machine import describe  # benchmarks/machine.py
@@ -87,17 +88,19 @@ class Run:
         return self.dev_matrices[reading]
 
 
-def run_rows(run: Run, gold: GoldSet, dev: GoldSet | None):
-    """A run's rows on a gold set (best head, best layer mean, guided head; with a dev set,
-    its head by grow-diag at the dev set's tau), in the first run's direction, and the
-    matrices of the head it is compared by (the guided head, else the best)."""
+def run_rows(run: Run, gold: GoldSet, dev: GoldSet | None, layers: bool = False):
+    """A run's rows on a gold set (best head, best layer mean or with ``layers`` every layer's,
+    guided head; with a dev set, its head by grow-diag at the dev set's tau), in the first
+    run's direction, and the matrices of the head it is compared by (the guided head, else the
+    best)."""
     own = run.own(gold)
     attention = run.aligner.capture(own, progress=False)
     scan = scan_heads(attention, own.gold)
-    best, layer = scan.best.reading, scan.best_of("causal", heads=False)
-    rows = [
-        Row.scored(f"{run.name}: best head {best.name}", scan.cell(best)),
-        Row.scored(f"{run.name}: best layer {layer.layer}, heads averaged", layer),
+    best = scan.best.reading
+    means = [row[-1] for row in scan.grids["causal"]]
+    rows = [Row.scored(f"{run.name}: best head {best.name}", scan.cell(best))] + [
+        Row.scored(f"{run.name}: {'' if layers else 'best '}layer {s.reading.layer}, mean", s)
+        for s in (means if layers else [min(means, key=lambda s: s.aer)])
     ]
     reading, which = best, "best head"
     if (guided := run.aligner.guided) is not None:
@@ -195,12 +198,36 @@ def agreement_on_text(runs: list[Run], args, train: dict, dev: GoldSet | None) -
     )
     rows, heads = [], {}
     for run in runs:
-        found, heads[run.name] = run_rows(run, as_gold, dev)
+        found, heads[run.name] = run_rows(run, as_gold, dev, layers=True)
         rows += found
+    merges = merged_rows(runs, heads, as_gold, dev)
     what = f"{len(pairs):,} pairs of {args.agreement_on}"
     print(f"\nagainst eflomal grow-diag-final-and on {what}, by source length:")
-    for row in rows + merged_rows(runs, heads, as_gold, dev):
+    for row in rows + merges:
         print(f"  {row.label}: {row.aer:.3f}  {format_by_length(row.links, as_gold)}")
+    unseen = unseen_shares(as_gold.sources, train["train"][0])
+    print("\nthe same by the share of source words no training source holds (length or words?):")
+    for row in [r for r in rows if "guided" in r.label] + merges:
+        for name, low, high in UNSEEN_SHARES:
+            picked = np.flatnonzero((unseen >= low) & (unseen <= high))
+            part = as_gold.picked(picked, name)
+            links = [row.links[n] for n in picked]
+            print(f"  {row.label}, {name} ({len(picked)}): {format_by_length(links, part)}")
+
+
+# shares of a sentence's source words unseen in training: (name, low, high), both ends included
+UNSEEN_SHARES = (("no word unseen", 0.0, 0.0), ("up to 10%", 1e-9, 0.1), ("over 10%", 0.1001, 1))
+
+
+def unseen_shares(sentences: list[str], training: list[str]) -> np.ndarray:
+    """Per sentence, the share of its words (lowercased, punctuation stripped) that no
+    training sentence holds."""
+
+    def words(text: str) -> list[str]:
+        return [w for w in (w.strip(PUNCTUATION).lower() for w in text.split()) if w]
+
+    seen = {w for text in training for w in words(text)}
+    return np.array([np.mean([w not in seen for w in words(s)] or [0.0]) for s in sentences])
 
 
 def teacher_agreement(run: Run, n: int, seed: int = 0) -> Row | None:

@@ -306,6 +306,10 @@ def test_short_gold_pairs_joined_carry_their_links_moved_by_the_words_before() -
     assert three.gold[0][0] == {(0, 0), (1, 1), (2, 2), (6, 6), (7, 8), (8, 7)}
     with pytest.raises(UserError, match="parts >= 1"):
         gold.joined(0)
+    # picked: the pairs at the rows asked, in that order, each with its own links
+    two = gold.picked([3, 0], "two")
+    assert (two.name, two.sources, two.targets) == ("two", ["sí", "el gato"], ["yes", "the cat"])
+    assert two.gold == [gold.gold[3], gold.gold[0]] and gold.picked([]).gold == []
 
 
 def test_gold_readers_name_the_bad_line(tmp_path) -> None:

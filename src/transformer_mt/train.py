@@ -63,6 +63,7 @@ def run(cfg: DictConfig) -> dict:
     """
     started = time.perf_counter()
     check_keys(cfg)
+    check_positions(cfg.model, OmegaConf.to_object(cfg.data))
     check_devices(cfg.trainer.accelerator, cfg.trainer.devices, cfg.trainer.num_nodes)
     out, resume_from = prepare_run_dir(cfg)
     L.seed_everything(cfg.seed, workers=True)
@@ -91,6 +92,18 @@ def run(cfg: DictConfig) -> dict:
         draw_curves(out)
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
     return metrics
+
+
+def check_positions(model: DictConfig, data: DataConfig) -> None:
+    """Every training example fits the model's positions: a side of ``n`` pieces takes n + 1
+    (EOS, or BOS in front of the decoder's input)."""
+    for name, length in data.longest().items():
+        if length + 1 > model.max_positions:
+            raise UserError(
+                f"{name}={length} pieces need {length + 1} positions, but "
+                f"model.max_positions={model.max_positions}; lower {name} or raise "
+                f"model.max_positions"
+            )
 
 
 def prepare_run_dir(cfg: DictConfig) -> tuple[Path, Path | None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -241,9 +242,14 @@ class GoldSet:
                 for ids, text in zip(tokenizer.encode([src, tgt]), (src, tgt))
             )
         ]
-        gold = None if self.gold is None else [self.gold[n] for n in keep]
-        sources, targets = [self.sources[n] for n in keep], [self.targets[n] for n in keep]
-        return GoldSet(self.name, sources, targets, gold), len(self) - len(keep)
+        return self.picked(keep), len(self) - len(keep)
+
+    def picked(self, rows: Iterable[int], name: str | None = None) -> GoldSet:
+        """The pairs at ``rows``, in that order (their links with them)."""
+        rows = list(rows)
+        gold = None if self.gold is None else [self.gold[n] for n in rows]
+        sources, targets = [self.sources[n] for n in rows], [self.targets[n] for n in rows]
+        return GoldSet(name or self.name, sources, targets, gold)
 
     def joined(self, parts: int, max_words: int = 10) -> GoldSet:
         """Long pairs made of short ones: the pairs whose source has at most ``max_words`` words,
