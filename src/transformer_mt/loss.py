@@ -12,6 +12,50 @@ from torch import Tensor
 from transformer_mt.model import Transformer
 from transformer_mt.model.vocab import PAD_ID
 
+# The (B*T, V) logits are turned into fp32 probabilities in this many slices of rows: the loss
+# never holds all of them at once (base at 25k target tokens and a 37k vocabulary: 3.7 GB in
+# fp32). A fixed count, not a fixed size: torch.compile then keeps B*T symbolic (one graph).
+LOSS_CHUNKS = 8
+
+
+class _SmoothedCrossEntropy(torch.autograd.Function):
+    """Per-token label-smoothed loss and NLL of (N, V) logits, chunk by chunk.
+
+    Forward keeps one log-sum-exp per row (N,), not the (N, V) fp32 log-probabilities that
+    ``log_softmax`` would keep for backward; backward recomputes each chunk's softmax in fp32
+    and writes the gradient in the logits' dtype:
+    d loss / d x = softmax(x) - (1 - ε) onehot(target) - ε / V, d nll / d x = softmax(x) - onehot.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+        nll, smooth = [], []
+        for x, y in zip(logits.tensor_split(LOSS_CHUNKS), target.tensor_split(LOSS_CHUNKS)):
+            lprobs = x.float().log_softmax(dim=-1)  # one slice in fp32 at a time
+            nll.append(-lprobs.gather(-1, y.unsqueeze(-1)).squeeze(-1))
+            smooth.append(-lprobs.mean(dim=-1))  # cross-entropy with the uniform distribution
+        nll, smooth = torch.cat(nll), torch.cat(smooth)
+        # log-sum-exp = x_target - log p_target: all that backward needs besides the logits
+        lse = logits.gather(-1, target.unsqueeze(-1)).squeeze(-1).float() + nll
+        ctx.save_for_backward(logits, target, lse)
+        ctx.epsilon = epsilon
+        return (1.0 - epsilon) * nll + epsilon * smooth, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, grad_nll: Tensor):
+        logits, target, lse = ctx.saved_tensors
+        eps, vocab = ctx.epsilon, logits.shape[-1]
+        both = (grad_loss + grad_nll).unsqueeze(-1)  # (N, 1): what multiplies the softmax
+        hot = ((1.0 - eps) * grad_loss + grad_nll).unsqueeze(-1)  # on the reference
+        flat = (grad_loss * (eps / vocab)).unsqueeze(-1)  # spread over the vocabulary
+        grad = torch.empty_like(logits)
+        parts = (grad, logits, target, lse, both, hot, flat)
+        for out, x, y, z, b, h, f in zip(*(p.tensor_split(LOSS_CHUNKS) for p in parts)):
+            g = x.float() - z.unsqueeze(-1)  # a new fp32 slice, worked on in place
+            g.exp_().mul_(b).sub_(f)  # softmax(x), weighted, minus the ε/V share
+            out.copy_(g.scatter_add_(-1, y.unsqueeze(-1), -h))  # minus the reference's share
+        return grad, None, None
+
 
 def label_smoothed_nll(
     logits: Tensor, target: Tensor, epsilon: float, per_sentence: bool = False
@@ -20,6 +64,8 @@ def label_smoothed_nll(
 
     The smoothed target puts 1 - ε on the reference and spreads ε uniformly over the
     vocabulary (Szegedy et al. 2016, as in the paper); padding positions count for nothing.
+    Computed in fp32, in ``LOSS_CHUNKS`` slices of rows (``_SmoothedCrossEntropy``): memory
+    for the logits and one log-sum-exp per token, never the whole fp32 log-probabilities.
 
     Args:
         logits: (B, T, V); target: (B, T).
@@ -28,12 +74,11 @@ def label_smoothed_nll(
         (loss, nll), both scalars summed over the real target tokens; ``per_sentence``: both
         (B,), each sentence's sums (validation sums them over the rows of a whole split).
     """
-    lprobs = logits.float().log_softmax(dim=-1)  # (B, T, V)
+    B, T, V = logits.shape
     real = target != PAD_ID  # (B, T)
     # Masked sums, not boolean indexing: no data-dependent shape (torch.compile keeps one graph)
-    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1) * real  # (B, T)
-    smooth = -lprobs.mean(dim=-1) * real  # (B, T): cross-entropy with the uniform distribution
-    loss = (1.0 - epsilon) * nll + epsilon * smooth
+    loss, nll = _SmoothedCrossEntropy.apply(logits.reshape(B * T, V), target.reshape(-1), epsilon)
+    loss, nll = loss.view(B, T) * real, nll.view(B, T) * real
     if per_sentence:
         return loss.sum(dim=1), nll.sum(dim=1)
     return loss.sum(), nll.sum()
