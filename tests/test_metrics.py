@@ -2,7 +2,12 @@ import math
 
 import pytest
 
-from transformer_mt.metrics import compound_split_bleu, corpus_bleu, corpus_chrf
+from transformer_mt.metrics import (
+    compound_split_bleu,
+    corpus_bleu,
+    corpus_chrf,
+    tokenized_lowercase_bleu,
+)
 
 
 def test_identical_text_scores_100_with_signature() -> None:
@@ -52,3 +57,20 @@ def test_compound_split_bleu_by_hand() -> None:
     assert compound_split_bleu(["von 2-3 Uhr"], ["von 2-3 Uhr"]).text.endswith(
         "hyp_len = 5 ref_len = 5)"
     )
+
+
+def test_tokenized_lowercase_bleu_by_hand() -> None:
+    """The Multi30k literature's BLEU: Moses tokens, lowercased, BLEU on those tokens.
+
+    hyp: ein hund läuft über die wiese .        (7 tokens)
+    ref: ein brauner hund läuft über die wiese . (8 tokens)
+    n-gram matches 7/7, 5/6 (not "ein hund"), 4/5, 3/4; BP = exp(1 - 8/7).
+    """
+    hyp, ref = ["Ein Hund läuft über die Wiese."], ["ein brauner Hund läuft über die Wiese ."]
+    score = tokenized_lowercase_bleu(hyp, ref, lang="de")
+    expected = 100 * math.exp(1 - 8 / 7) * (7 / 7 * 5 / 6 * 4 / 5 * 3 / 4) ** 0.25
+    assert score.score == pytest.approx(expected, abs=1e-9)
+    assert "hyp_len = 7 ref_len = 8" in score.text
+    assert score.signature.startswith("moses-tok+lc|") and "tok:none" in score.signature
+    # cased 13a SacreBLEU counts "Ein"/"ein" apart: a lower figure on the same output
+    assert corpus_bleu(hyp, ref).score < score.score

@@ -69,6 +69,9 @@ def recipe(name: str, out: Path, cache: Path, corpora: dict, *overrides: str) ->
         "trainer.enable_progress_bar=false",
         "trainer.loggers=[]",  # the curves are drawn and tested elsewhere
         "heatmaps.valid_sentences=0",  # the recipe's example sentence is still drawn
+        # a GPU recipe's compiled step takes minutes to build on 2 cores, and is tested in
+        # test_compile_training.py
+        "trainer.compile=false",
         *overrides,
     ]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
