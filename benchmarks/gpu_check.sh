@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# One command for a GPU machine: the gpu-marked tests, training-step speed and MFU of the base and
-# big shapes in bf16, eager and compiled (trainer.compile=true's step) with the projected paper runs,
-# peak memory against length, the data loader, and a 3-minute trainer=gpu run of model=base on the
-# demo corpus at 25k-token micro-batches, whose tokens/s is printed as a ratio to the step
-# benchmark's. Writes one Markdown report (default gpu_report.md; run files under gpu_check/).
+# One command for a GPU machine, in two parts that each fit 6 minutes (the device tool runs at
+# most 10 minutes a call; a lease is 15 in all), the figures that matter most first:
+#   part 1: experiment=multi30k_base_gpu (the paper's base on Multi30k EN->DE, ~4 minutes), then
+#           evaluate.py (the last 5 averaged, beam 4: test2016 SacreBLEU and the tokenized,
+#           lowercased BLEU), and the base training step's speed and MFU, eager and compiled;
+#   part 2: the big step, the gpu-marked tests, peak memory against length, the data loader, and
+#           a 3-minute trainer=gpu run of model=base at 25k-token micro-batches, whose tokens/s is
+#           printed as a ratio to part 1's step benchmark (the same GPU_CHECK_DIR).
+# Writes one Markdown report (default gpu_report.md; run files under gpu_check/).
 #
-#   bash benchmarks/gpu_check.sh [REPORT.md]
-#   GPU_CHECK_PART=1 bash benchmarks/gpu_check.sh r1.md   # tests, step speed, memory (~6 min)
-#   GPU_CHECK_PART=2 bash benchmarks/gpu_check.sh r2.md   # loader, the 3-minute run (~6 min)
+#   python benchmarks/gpu_carry.py                         # here first: the data into .carry/
+#   GPU_CHECK_PART=1 bash benchmarks/gpu_check.sh r1.md    # on the device, carry [".carry"]
+#   GPU_CHECK_PART=2 bash benchmarks/gpu_check.sh r2.md
+#   bash benchmarks/gpu_check.sh [REPORT.md]               # both, about 11 minutes
 #
-# About 11 minutes on one H100/H200-class GPU in one go (compiling base and big takes a minute or
-# two); the two parts fit a 10-minute limit each (part 2 reads part 1's step log for its ratio when
-# both use the same GPU_CHECK_DIR). The loader section reads the WMT sample under $TRANSFORMER_MT_DATA
-# (default ../shared/data, which a GPU machine may not have: it then says so and the section fails).
-# Without CUDA it says so, runs the CPU-side part (the gpu tests
-# are then deselected, the step benchmark runs at a toy size) and exits 0.
+# The data (Multi30k, the WMT sample the loader reads) come from $TRANSFORMER_MT_DATA, else from
+# .carry/data (benchmarks/gpu_carry.py), else ../shared/data. Without CUDA it says so, runs the
+# CPU-side part (the gpu tests are then deselected, the step benchmark runs at a toy size) and
+# exits 0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPORT=$(realpath -m "${1:-gpu_report.md}")
+if [ -z "${TRANSFORMER_MT_DATA:-}" ]; then
+    if [ -d .carry/data ]; then DATA=$PWD/.carry/data; else DATA=$(realpath -m ../shared/data); fi
+    export TRANSFORMER_MT_DATA=$DATA
+fi
 WORK=$(realpath -m "${GPU_CHECK_DIR:-gpu_check}")
 PY=${PYTHON:-python3}
 mkdir -p "$WORK" "$(dirname "$REPORT")"
@@ -70,22 +77,25 @@ if [ "$HAS_CUDA" != 1 ]; then
 fi
 
 PART=${GPU_CHECK_PART:-all}
-STEP_LOG="$WORK/training_step__base_and_big__bf16__eager_and_compiled.log"
+STEP_LOG="$WORK/training_step__base__bf16__eager_and_compiled.log"
+# 1000 x 25 tokens: the paper's ~25k target tokens per step; 37k: its EN-DE joint vocabulary.
+STEP="$PY benchmarks/train_step.py --device cuda --dtype bf16 --batch 1000 --length 25 --vocab 37000 --steps 10 --warmup 3 --with-compiled"
 if [ "$PART" != 2 ]; then
-    # 1000 x 25 tokens: the paper's ~25k target tokens per step; 37k: its EN-DE joint vocabulary.
-    section "training step, base and big, bf16, eager and compiled" 330 \
-        "$PY benchmarks/train_step.py --device cuda --dtype bf16 --shapes base big --batch 1000 --length 25 --vocab 37000 --steps 10 --warmup 3 --with-compiled"
-    section "gpu-marked tests" 180 "$PY -m pytest -m gpu -q -p no:cacheprovider"
-    section "peak memory against length" 90 "$PY benchmarks/memory.py --device cuda"
+    RECIPE="$WORK/multi30k_base_gpu"
+    section "experiment=multi30k_base_gpu, then evaluate.py (last 5 averaged, beam 4)" 300 \
+        "$PY scripts/train.py experiment=multi30k_base_gpu data.local_dir=$TRANSFORMER_MT_DATA/multi30k_task1 output_dir=$RECIPE \
+         && $PY scripts/evaluate.py run_dir=$RECIPE && $PY benchmarks/run_summary.py $RECIPE"
+    section "training step, base, bf16, eager and compiled" 90 "$STEP --shapes base"
 fi
 if [ "$PART" != 1 ]; then
-    # 1M pairs, not WMT14's 4.5M: building that cache would take most of the check's time
-    # (GPU_CHECK_LOADER_PAIRS=200000 when the lease is short).
-    section "data loader with pinned memory" 240 \
-        "$PY benchmarks/loader.py --pairs ${GPU_CHECK_LOADER_PAIRS:-1000000} --batches 200 --pin-memory --workdir $WORK/loader"
+    section "training step, big, bf16, eager and compiled" 120 "$STEP --shapes big"
+    section "gpu-marked tests" 120 "$PY -m pytest -m gpu -q -p no:cacheprovider"
+    section "peak memory against length" 60 "$PY benchmarks/memory.py --device cuda"
+    section "data loader with pinned memory" 60 \
+        "$PY benchmarks/loader.py --pairs ${GPU_CHECK_LOADER_PAIRS:-200000} --batches 200 --pin-memory --workdir $WORK/loader"
     # The step benchmark's eager base tokens/s (part 1's log), against which the run is read.
     STEP_TOK=$(awk '/^base:/{b=1} b && /^transformer_mt /{gsub(",", "", $3); print $3; exit}' "$STEP_LOG" 2>/dev/null)
-    section "3-minute trainer=gpu run of model=base on the demo corpus, 25k-token micro-batches" 330 \
+    section "3-minute trainer=gpu run of model=base on the demo corpus, 25k-token micro-batches" 240 \
         "$PY scripts/train.py model=base trainer=gpu trainer.max_time=00:00:03:00 data.max_tokens=25000 output_dir=$WORK/train_base \
          && $PY benchmarks/run_summary.py $WORK/train_base ${STEP_TOK:+--step-tokens-per-s $STEP_TOK}"
 fi

@@ -293,3 +293,56 @@ def test_paired_bleu_refuses_runs_that_do_not_pair(tmp_path) -> None:
     short = _fake_run(tmp_path, "short", 1, refs, refs[:1], refs)
     result = run_script(BENCH / "paired_bleu.py", "--base", a, "--new", short)
     assert "1 greedy outputs for 2 references" in result.stderr
+
+
+@needs_shared(SHARED / "multi30k_task1")
+def test_gpu_carry_copies_the_checks_data_within_the_device_runs_limit(tmp_path) -> None:
+    out = tmp_path / "carry" / "data"
+    listed = _run("gpu_carry.py", "--data", str(SHARED), "--out", str(out))
+    for name in ("train.de.gz", "test_2016_flickr.en.gz", "src-train.txt.gz"):
+        assert name in listed
+    copied = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    shared = sorted(
+        p.relative_to(SHARED)
+        for name in ("multi30k_task1", "wmt_ende_toy10k_opennmt")
+        for p in (SHARED / name).rglob("*")
+        if p.is_file()
+    )
+    assert (
+        copied == shared
+        and f"{len(shared)} files" in listed
+        and "of the device run's 64 MiB" in listed
+    )
+    assert (out / "multi30k_task1" / "train.en.gz").read_bytes() == (
+        SHARED / "multi30k_task1" / "train.en.gz"
+    ).read_bytes()
+    _run(
+        "gpu_carry.py", "--data", str(SHARED), "--out", str(out)
+    )  # a second copy replaces the first
+    # a data folder without the check's corpora: one error line, nothing copied
+    result = run_script(
+        BENCH / "gpu_carry.py", "--data", str(tmp_path), "--out", str(tmp_path / "x")
+    )
+    assert result.returncode != 0 and not (tmp_path / "x").exists()
+    assert f"error: {tmp_path} has no multi30k_task1, wmt_ende_toy10k_opennmt" in result.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-side path of the GPU check")
+def test_gpu_check_without_cuda_says_what_it_skipped_and_exits_0(tmp_path) -> None:
+    import subprocess
+
+    report = tmp_path / "report.md"
+    env = {**__import__("os").environ, "GPU_CHECK_DIR": str(tmp_path / "work")}
+    result = subprocess.run(
+        ["bash", str(BENCH / "gpu_check.sh"), str(report)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    text = report.read_text()
+    assert "**no CUDA device here**: the GPU sections were skipped" in text
+    assert "## gpu-marked tests (deselected without CUDA)" in text
+    assert "## training step, toy size, CPU" in text and "0 section(s) failed" in text
