@@ -300,3 +300,14 @@ def test_demo_training_split_gains_joined_examples_whose_links_are_their_parts_w
         batches += list(sampler)
     assert any(i >= 300 for b in batches[:2] for i in b)
     assert all(i < 300 for b in batches[2:] for i in b)
+
+
+def test_a_saved_runs_concat_block_reads_back_typed_and_checked():
+    """A run's config.yaml comes back as plain dicts (``run_data_config``): typed, and checked."""
+    from transformer_mt.config import DataConfig
+
+    data = DataConfig(name="x", cache_dir="c", concat={"share": 0.1, "max_len": 160})
+    assert data.concat == ConcatConfig(share=0.1, max_len=160)
+    assert data.longest() == {"data.max_len": 128, "data.concat.max_len": 160}
+    with pytest.raises(UserError, match="data.concat.max_len must be 2 or more"):
+        DataConfig(name="x", cache_dir="c", concat={"share": 0.1, "max_len": 1})

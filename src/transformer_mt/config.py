@@ -11,6 +11,7 @@ a silently ignored setting. Model code receives a ``TransformerConfig``, never a
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,8 @@ class DataConfig:
     def __post_init__(self) -> None:
         # plain dicts from the config (and a run's config.yaml read back): typed here
         self.extra_train = GoldSetConfig.typed("data.extra_train", self.extra_train)
+        if isinstance(self.concat, Mapping):
+            self.concat = ConcatConfig(**self.concat)
         if self.source not in ("demo", "hub", "local"):
             raise UserError(f"data.source must be 'demo', 'hub' or 'local', got {self.source!r}")
         if self.subset_strategy not in ("first", "random"):
