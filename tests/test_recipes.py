@@ -110,6 +110,12 @@ def test_every_recipe_trains_tests_and_reports(
         written.d_model // SHRINK,
         written.d_ff // SHRINK,
     )
+    if name == "multi30k_base_gpu":  # evaluate.py adds the Multi30k literature's BLEU
+        scored = run_script("evaluate.py", f"run_dir={tmp_path / 'run'}", "ckpt.average_last=1")
+        assert scored.returncode == 0, scored.stderr[-3000:]
+        assert "Multi30k-comparable (Moses-tokenized, lowercased) BLEU: " in scored.stdout
+        found = json.loads(next((tmp_path / "run" / "eval").glob("*/scores.json")).read_text())
+        assert 0 <= found["bleu_tokenized_lowercase"] <= 100
     if cfg.align.gold:  # the alignment recipes score their heads on their gold sets
         assert set(metrics["aer"]) == set(cfg.align.gold)
         assert all(0 <= s["guided_head"] <= 1 for s in metrics["aer"].values())
