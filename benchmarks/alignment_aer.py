@@ -250,9 +250,10 @@ def gold_sets(args, src_lang: str, tgt_lang: str) -> list[GoldSet]:
     """``--gold`` sets (with ``--join-short``'s joined short pairs) and ``--gold-files``."""
     sets = []
     for name in args.gold:
-        sets.append(shared_gold_set(name, args.data_dir, src_lang, tgt_lang))
+        gold = shared_gold_set(name, args.data_dir, src_lang, tgt_lang)
+        sets.append(gold)
         for k in [1, *args.join_short] if args.join_short else []:
-            joined = sets[-1].joined(k, args.short_words)
+            joined = gold.joined(k, args.short_words)
             sets += [joined] if len(joined) else []
     if args.gold_files:
         src, tgt, links = args.gold_files
