@@ -1,5 +1,6 @@
-"""The label-smoothed loss computed in slices (``_SmoothedCrossEntropy``) against the plain
-formula over the whole fp32 log-probabilities: the same values and gradients, less memory."""
+"""The label-smoothed loss computed in slices (``_SmoothedCrossEntropy``, for half-precision
+logits) against the plain formula over the whole fp32 log-probabilities: the same values and
+gradients, less memory."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from transformer_mt import loss as losses
-from transformer_mt.loss import label_smoothed_nll
+from transformer_mt.loss import label_smoothed_nll, per_token_loss
 from transformer_mt.model.vocab import PAD_ID
 
 
@@ -17,6 +18,16 @@ def plain(logits, target, epsilon, per_sentence=False):
     real = target != PAD_ID
     nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1) * real
     loss = (1 - epsilon) * nll + epsilon * (-lprobs.mean(dim=-1) * real)
+    if per_sentence:
+        return loss.sum(dim=1), nll.sum(dim=1)
+    return loss.sum(), nll.sum()
+
+
+def sliced(logits, target, epsilon, per_sentence=False):
+    """``label_smoothed_nll``'s sums, through the slices whatever the dtype."""
+    loss, nll = per_token_loss(logits, target, epsilon, sliced=True)
+    real = target != PAD_ID
+    loss, nll = loss * real, nll * real
     if per_sentence:
         return loss.sum(dim=1), nll.sum(dim=1)
     return loss.sum(), nll.sum()
@@ -34,8 +45,11 @@ def _batch(dtype, B=3, T=37, V=501, seed=0):
 @pytest.mark.parametrize("epsilon", [0.0, 0.1])
 def test_values_and_gradients_equal_the_plain_loss_in_fp32(epsilon, per_sentence) -> None:
     logits, target = _batch(torch.float32)
-    ours = label_smoothed_nll(logits, target, epsilon, per_sentence)
+    ours = sliced(logits, target, epsilon, per_sentence)
     theirs = plain(logits, target, epsilon, per_sentence)
+    # fp32 logits take the plain formula itself: training's numerics as they were
+    for a, b in zip(label_smoothed_nll(logits, target, epsilon, per_sentence), theirs):
+        assert torch.equal(a, b)
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a, b)
     # both outputs carry gradients: a weighted sum reaches loss and NLL alike
@@ -66,7 +80,7 @@ def test_a_vocabulary_row_count_not_divisible_by_the_slices_is_covered(monkeypat
     for chunks in (5, 200):
         monkeypatch.setattr(losses, "LOSS_CHUNKS", chunks)
         logits, target = _batch(torch.float32, B=2, T=11, V=23, seed=chunks)
-        ours = label_smoothed_nll(logits, target, 0.1, per_sentence=True)
+        ours = sliced(logits, target, 0.1, per_sentence=True)
         torch.testing.assert_close(ours, plain(logits, target, 0.1, per_sentence=True))
         grad = torch.autograd.grad(ours[0].sum(), logits)[0]
         want = torch.autograd.grad(plain(logits, target, 0.1)[0], logits)[0]

@@ -57,6 +57,25 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         return grad, None, None
 
 
+def per_token_loss(
+    logits: Tensor, target: Tensor, epsilon: float, sliced: bool | None = None
+) -> tuple[Tensor, Tensor]:
+    """(B, T) label-smoothed loss and NLL, in fp32, padding included; ``sliced``: through
+    ``_SmoothedCrossEntropy`` (None: when the logits are not fp32)."""
+    if sliced is None:
+        sliced = logits.dtype != torch.float32
+    if sliced:
+        B, T, V = logits.shape
+        loss, nll = _SmoothedCrossEntropy.apply(
+            logits.reshape(B * T, V), target.reshape(-1), epsilon
+        )
+        return loss.view(B, T), nll.view(B, T)
+    lprobs = logits.float().log_softmax(dim=-1)  # (B, T, V)
+    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    smooth = -lprobs.mean(dim=-1)  # cross-entropy with the uniform distribution
+    return (1.0 - epsilon) * nll + epsilon * smooth, nll
+
+
 def label_smoothed_nll(
     logits: Tensor, target: Tensor, epsilon: float, per_sentence: bool = False
 ) -> tuple[Tensor, Tensor]:
@@ -64,8 +83,11 @@ def label_smoothed_nll(
 
     The smoothed target puts 1 - ε on the reference and spreads ε uniformly over the
     vocabulary (Szegedy et al. 2016, as in the paper); padding positions count for nothing.
-    Computed in fp32, in ``LOSS_CHUNKS`` slices of rows (``_SmoothedCrossEntropy``): memory
-    for the logits and one log-sum-exp per token, never the whole fp32 log-probabilities.
+    Computed in fp32. Logits in bf16 or fp16 (mixed precision) go through
+    ``_SmoothedCrossEntropy``, in ``LOSS_CHUNKS`` slices of rows: it keeps the half-precision
+    logits and one number per token for backward, where ``log_softmax`` would keep the whole
+    fp32 log-probabilities, twice their size. fp32 logits take ``log_softmax`` in one pass: the
+    slices would keep the fp32 logits, as many bytes, and training's numerics stay as they were.
 
     Args:
         logits: (B, T, V); target: (B, T).
@@ -74,11 +96,10 @@ def label_smoothed_nll(
         (loss, nll), both scalars summed over the real target tokens; ``per_sentence``: both
         (B,), each sentence's sums (validation sums them over the rows of a whole split).
     """
-    B, T, V = logits.shape
     real = target != PAD_ID  # (B, T)
     # Masked sums, not boolean indexing: no data-dependent shape (torch.compile keeps one graph)
-    loss, nll = _SmoothedCrossEntropy.apply(logits.reshape(B * T, V), target.reshape(-1), epsilon)
-    loss, nll = loss.view(B, T) * real, nll.view(B, T) * real
+    loss, nll = per_token_loss(logits, target, epsilon)
+    loss, nll = loss * real, nll * real
     if per_sentence:
         return loss.sum(dim=1), nll.sum(dim=1)
     return loss.sum(), nll.sum()
