@@ -126,24 +126,12 @@ CASES = {
         {"SLURM_STEP_NUM_TASKS": "2"},
         r"scripts/translate.py decodes on one device, but it was launched as 2 processes",
     ),
-    "train joined examples longer than the model's positions": (
+    "train pairs longer than the model's positions": (
         "train.py",
-        lambda p: [
-            "data.concat.share=0.1",
-            "data.concat.max_len=2000",
-            "data.max_tokens=4096",
-            f"hydra.run.dir={p.tmp / 'long'}",
-        ],
+        lambda p: ["data.max_len=2000", "data.max_tokens=4096", f"hydra.run.dir={p.tmp / 'long'}"],
         {},
-        r"data.concat.max_len=2000 pieces need 2001 positions, but model.max_positions=\d+; "
-        r"lower data.concat.max_len or raise model.max_positions",
-    ),
-    "train joined examples longer than a batch": (
-        "train.py",
-        lambda p: ["data.concat.share=0.1", "data.concat.max_len=160", "data.max_tokens=100"],
-        {},
-        r"data.max_tokens=100 cannot hold one pair of data.concat.max_len=160 pieces plus "
-        r"BOS/EOS; raise data.max_tokens or lower data.concat.max_len",
+        r"data.max_len=2000 pieces need 2001 positions, but model.max_positions=\d+; "
+        r"lower data.max_len or raise model.max_positions",
     ),
     "train a removed option": (
         "train.py",

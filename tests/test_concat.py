@@ -125,55 +125,11 @@ def test_length_histogram_of_a_built_split_contains_the_joined_lengths():
     assert after["31-50"] > 0 and after[">50"] == 0.0  # 4 parts of 8 words: 32 at most
 
 
-def test_joined_examples_reach_concat_max_len_beyond_data_max_len_with_their_parts_links():
-    """``data.concat.max_len``: joined examples longer than any training pair, never longer
-    than asked, and their links still the parts' links moved by the pieces before."""
-    src, tgt = np.full(300, 9), np.full(300, 8)  # 8 and 7 pieces with EOS
-    cfg = ConcatConfig(share=1.0, max_parts=16, max_len=100)
-    plan = plan_joins(src, tgt, cfg, max_len=20, seed=0)
-    assert max(src[p].sum() for p in plan) == 99  # 11 parts of 9: the most that fit 100 + EOS
-    assert max(len(p) for p in plan) == 11 and min(len(p) for p in plan) == 2
-    short = plan_joins(src, tgt, ConcatConfig(share=1.0, max_parts=16), max_len=20, seed=0)
-    assert max(src[p].sum() for p in short) == 18  # data.max_len alone: two parts
-    # built: rows beyond data.max_len, each link on the pieces its part linked
-    train = split(PAIRS * 20)
-    joined = join_pairs(train, ConcatConfig(share=0.5, max_parts=12, max_len=40), 8, seed=2)
-    rows = joined.select(range(60, len(joined)))
-    src_lens, tgt_lens = list(rows["src_len"]), list(rows["tgt_len"])
-    assert max(src_lens) > 8 + 1 and max(tgt_lens) > 8 + 1  # beyond data.max_len and EOS
-    assert max(src_lens) <= 40 + 1 and max(tgt_lens) <= 40 + 1
-    by_source = {tuple(p["src_ids"][:-1]): p for p in PAIRS}
-    for row in rows:
-        # cut at the separators, find each part, and move its links by the pieces before it
-        parts = [by_source[tuple(piece)] for piece in _cut(row["src_ids"])]
-        expected, s_off, t_off = [], 0, 0
-        for part in parts:
-            expected += [
-                (s + s_off, t + t_off) for s, t in np.array(part["links"]).reshape(-1, 2).tolist()
-            ]
-            s_off, t_off = s_off + len(part["src_ids"]), t_off + len(part["tgt_ids"])
-        assert [tuple(x) for x in np.array(row["links"]).reshape(-1, 2).tolist()] == expected
-        assert (s_off, t_off) == (row["src_len"], row["tgt_len"])
-
-
-def _cut(ids: list[int]) -> list[list[int]]:
-    """A joined side -> its parts' pieces (separators and the final EOS dropped)."""
-    parts, part = [], []
-    for i in ids:
-        if i in (BOS_ID, EOS_ID):
-            parts.append(part)
-            part = []
-        else:
-            part.append(i)
-    return parts
-
-
 @pytest.mark.parametrize(
     "kwargs, message",
     [
         ({"share": -0.1}, "data.concat.share must be 0 or more"),
         ({"max_parts": 1}, "data.concat.max_parts must be 2 or more"),
-        ({"share": 0.1, "max_len": 1}, "data.concat.max_len must be 2 or more"),
         ({"share": 0.1, "until_step": 0}, "data.concat.until_step must be 1 or more"),
         ({"until_step": 700}, "data.concat.share is 0, so there are none"),
     ],
@@ -306,8 +262,7 @@ def test_a_saved_runs_concat_block_reads_back_typed_and_checked():
     """A run's config.yaml comes back as plain dicts (``run_data_config``): typed, and checked."""
     from transformer_mt.config import DataConfig
 
-    data = DataConfig(name="x", cache_dir="c", concat={"share": 0.1, "max_len": 160})
-    assert data.concat == ConcatConfig(share=0.1, max_len=160)
-    assert data.longest() == {"data.max_len": 128, "data.concat.max_len": 160}
-    with pytest.raises(UserError, match="data.concat.max_len must be 2 or more"):
-        DataConfig(name="x", cache_dir="c", concat={"share": 0.1, "max_len": 1})
+    data = DataConfig(name="x", cache_dir="c", concat={"share": 0.1, "max_parts": 3})
+    assert data.concat == ConcatConfig(share=0.1, max_parts=3)
+    with pytest.raises(UserError, match="data.concat.max_parts must be 2 or more"):
+        DataConfig(name="x", cache_dir="c", concat={"share": 0.1, "max_parts": 1})

@@ -48,9 +48,6 @@ class ConcatConfig:
 
     share: float = 0.0  # joined examples added per training pair: 0 none, 0.1 one per ten pairs
     max_parts: int = 5  # each joins 2..max_parts random training pairs (fewer if over max_len)
-    # the longest a joined example may be on either side, in pieces, EOS aside (null:
-    # data.max_len); above data.max_len joined inputs reach lengths no training pair has
-    max_len: int | None = None
     # the last optimizer step that may draw a joined example (null: every step): the steps
     # after it train on the plain pairs only, so that a run ends on the lengths it is tested on
     until_step: int | None = None
@@ -71,10 +68,6 @@ class ConcatConfig:
             )
         if self.max_parts < 2:
             raise UserError(f"data.concat.max_parts must be 2 or more, got {self.max_parts}")
-        if self.max_len is not None and self.max_len < 2:
-            raise UserError(
-                f"data.concat.max_len must be 2 or more (or null: data.max_len), got {self.max_len}"
-            )
 
 
 @dataclass
@@ -175,20 +168,11 @@ class DataConfig:
             raise UserError(
                 f"data.pad_multiple={self.pad_multiple} must be 1 (no rounding) or more"
             )
-        for name, length in self.longest().items():
-            if self.max_tokens < length + 2:
-                raise UserError(
-                    f"data.max_tokens={self.max_tokens} cannot hold one pair of {name}={length} "
-                    f"pieces plus BOS/EOS; raise data.max_tokens or lower {name}"
-                )
-
-    def longest(self) -> dict[str, int]:
-        """The longest training example in pieces, EOS aside, by the setting that allows it:
-        ``data.max_len``, and ``data.concat.max_len`` when joined examples may be longer."""
-        out = {"data.max_len": self.max_len}
-        if self.concat.share > 0 and (self.concat.max_len or 0) > self.max_len:
-            out["data.concat.max_len"] = self.concat.max_len
-        return out
+        if self.max_tokens < self.max_len + 2:
+            raise UserError(
+                f"data.max_tokens={self.max_tokens} cannot hold one pair of data.max_len="
+                f"{self.max_len} pieces plus BOS/EOS; raise max_tokens or lower max_len"
+            )
 
 
 @dataclass

@@ -95,15 +95,14 @@ def run(cfg: DictConfig) -> dict:
 
 
 def check_positions(model: DictConfig, data: DataConfig) -> None:
-    """Every training example fits the model's positions: a side of ``n`` pieces takes n + 1
+    """Every training pair fits the model's positions: a side of ``n`` pieces takes n + 1
     (EOS, or BOS in front of the decoder's input)."""
-    for name, length in data.longest().items():
-        if length + 1 > model.max_positions:
-            raise UserError(
-                f"{name}={length} pieces need {length + 1} positions, but "
-                f"model.max_positions={model.max_positions}; lower {name} or raise "
-                f"model.max_positions"
-            )
+    if data.max_len + 1 > model.max_positions:
+        raise UserError(
+            f"data.max_len={data.max_len} pieces need {data.max_len + 1} positions, but "
+            f"model.max_positions={model.max_positions}; lower data.max_len or raise "
+            f"model.max_positions"
+        )
 
 
 def prepare_run_dir(cfg: DictConfig) -> tuple[Path, Path | None]:

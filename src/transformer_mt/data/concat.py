@@ -4,8 +4,7 @@ A model trained only on short sentences (Tatoeba's average about 6 words) has ne
 over a source as long as the Europarl or Wikipedia sentences it is later read on (gold
 alignment sets of 15-30 words), and its alignments degrade with length. ``join_pairs`` adds to
 the tokenized training split examples made of 2..``max_parts`` training pairs drawn at random
-(seeded), joined part by part on both sides, up to ``data.max_len`` pieces a side or, with
-``data.concat.max_len``, beyond it: lengths no training pair reaches. Between the parts each inner EOS becomes ``<s>``
+(seeded), joined part by part on both sides. Between the parts each inner EOS becomes ``<s>``
 (BOS) on both sides, a separator piece no real source holds and decoding never writes (its
 log-probability is -inf there): EOS keeps meaning "the input has ended", and a single sentence,
 whose source has no separator, gives the model no reason to write one. (Keeping each part's EOS
@@ -46,8 +45,8 @@ def plan_joins(
 
     Args:
         src_lens, tgt_lens: every training row's length in pieces, EOS included.
-        max_len: the longest a side may be, EOS aside (``data.max_len``; ``cfg.max_len`` when
-            set): a draw is cut to the parts that fit, and dropped if fewer than two do.
+        max_len: the longest a side may be, EOS aside (``data.max_len``): a draw is cut to the
+            parts that fit, and dropped if fewer than two do.
 
     Returns:
         per joined example, its rows in order (2..``cfg.max_parts`` of them).
@@ -56,7 +55,6 @@ def plan_joins(
     count = int(round(cfg.share * n))
     if count == 0 or n < 2:
         return []
-    max_len = cfg.max_len if cfg.max_len is not None else max_len
     rng = np.random.default_rng(seed)
     rows = rng.integers(0, n, size=(count, cfg.max_parts))  # (M, K)
     wanted = rng.integers(2, cfg.max_parts + 1, size=count)  # (M,)
@@ -130,10 +128,7 @@ def join_pairs(train: Dataset, cfg: ConcatConfig, max_len: int, seed: int) -> Da
     src_lens, tgt_lens = rows.lengths()
     plan = plan_joins(src_lens, tgt_lens, cfg, max_len, seed)
     if not plan:
-        name, limit = (
-            ("data.concat.max_len", cfg.max_len) if cfg.max_len else ("data.max_len", max_len)
-        )
-        log.warning("data.concat: no joined example fits in %s=%d pieces", name, limit)
+        log.warning("data.concat: no joined example fits in data.max_len=%d pieces", max_len)
         return train
     built = join_rows(rows, plan)
     first = int(np.asarray(train.data.table.column("index")).max()) + 1
