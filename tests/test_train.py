@@ -160,7 +160,7 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
         after = result.stdout.split("against eflomal grow-diag-final-and on ")[-1]
         assert after.startswith("3 pairs of newstest2013, by source length:")
         assert f"tiny: guided head 1:1 {how}: " in after and ">50: " in after
-        assert "tiny: layer 0, mean: " in after and "tiny: layer 1, mean: " in after
+        assert "tiny: layer 1, mean: " in after and "tiny: layer 2, mean: " in after
         # the demo's training sources hold every word of the three: length, not vocabulary
         assert f"tiny: guided head 1:1 {how}, no word unseen (3): " in after
         assert f"tiny: guided head 1:1 {how}, over 10% (0): " in after
