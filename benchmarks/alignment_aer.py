@@ -97,10 +97,10 @@ def run_rows(run: Run, gold: GoldSet, dev: GoldSet | None, layers: bool = False)
     attention = run.aligner.capture(own, progress=False)
     scan = scan_heads(attention, own.gold)
     best = scan.best.reading
-    means = [row[-1] for row in scan.grids["causal"]]
+    means = [row[-1] for row in scan.grids["causal"]] if layers else []
     rows = [Row.scored(f"{run.name}: best head {best.name}", scan.cell(best))] + [
         Row.scored(f"{run.name}: {'' if layers else 'best '}layer {s.reading.layer}, mean", s)
-        for s in (means if layers else [min(means, key=lambda s: s.aer)])
+        for s in means or [scan.best_of("causal", heads=False)]
     ]
     reading, which = best, "best head"
     if (guided := run.aligner.guided) is not None:
@@ -208,15 +208,16 @@ def agreement_on_text(runs: list[Run], args, train: dict, dev: GoldSet | None) -
     unseen = unseen_shares(as_gold.sources, train["train"][0])
     print("\nthe same by the share of source words no training source holds (length or words?):")
     for row in [r for r in rows if "guided" in r.label] + merges:
-        for name, low, high in UNSEEN_SHARES:
-            picked = np.flatnonzero((unseen >= low) & (unseen <= high))
+        for group, name in enumerate(UNSEEN_GROUPS):
+            picked = np.flatnonzero(np.searchsorted(UNSEEN_EDGES, unseen) == group)
             part = as_gold.picked(picked, name)
             links = [row.links[n] for n in picked]
             print(f"  {row.label}, {name} ({len(picked)}): {format_by_length(links, part)}")
 
 
-# shares of a sentence's source words unseen in training: (name, low, high), both ends included
-UNSEEN_SHARES = (("no word unseen", 0.0, 0.0), ("up to 10%", 1e-9, 0.1), ("over 10%", 0.1001, 1))
+# groups by the share of a sentence's source words unseen in training: 0, (0, 0.1], over 0.1
+UNSEEN_EDGES = (0.0, 0.1)
+UNSEEN_GROUPS = ("no word unseen", "up to 10%", "over 10%")
 
 
 def unseen_shares(sentences: list[str], training: list[str]) -> np.ndarray:
