@@ -12,8 +12,8 @@ what is a benchmark's. Per gold set: eflomal both ways and their grow-diag-final
 first run's training pairs too (``--eflomal-tokenize moses``: a stronger baseline); per run its
 best head (any mode), best layer mean and guided head; every forward run merged with every
 reverse run (geometric mean, grow-diag: the recipe); with ``--tune-on`` each head by grow-diag
-and the merged pairs at a tau chosen on that development set, and the ceiling (eflomal's links
-as rows, read back the same way). ``--by-length``: AER by source length, and the merged pairs
+and the merged pairs at a tau chosen on that development set, without and with the diagonal
+prior it also chooses, and the ceiling (eflomal's links as rows, read back the same way). ``--by-length``: AER by source length, and the merged pairs
 minus eflomal; ``--join-short K``: each set's short pairs alone and joined K at a time (K 6-10:
 60-100 words). Then each head against eflomal as the gold, each guided head against its own
 training links, and with ``--agreement-on newstest2013`` every head and merged pair against
@@ -108,26 +108,36 @@ def run_rows(run: Run, gold: GoldSet, dev: GoldSet | None, layers: bool = False)
         rows.append(Row.scored(f"{run.name}: guided head {guided.name}", scan.cell(guided)))
     matrices = attention.matrices(reading)
     if dev is not None:
-        chosen = tune(run.on_dev(reading, dev), run.own(dev).gold)[0]
-        label = f"{run.name}: {which} by {chosen.name} (dev)"
-        rows.append(Row.of(label, read(matrices, chosen), own.gold))
+        for chosen, how in tuned(run.on_dev(reading, dev), run.own(dev).gold):
+            label = f"{run.name}: {which} by {chosen.name} ({how})"
+            rows.append(Row.of(label, read(matrices, chosen), own.gold))
     rows = [Row(r.label, run.turn(r.links), r.aer, r.precision, r.recall) for r in rows]
     return rows, (turned(matrices) if run.reverse else matrices, reading)
 
 
+def tuned(matrices: list[Tensor], gold) -> list[tuple[Extraction, str]]:
+    """The dev set's choice of tau alone and of tau and diagonal prior (what every command
+    reads after ``--tune-on``), each with its label: what the prior adds, side by side."""
+    plain = tune(matrices, gold, diagonals=(0.0,))[0]
+    chosen = tune(matrices, gold)[0]
+    return [(plain, "dev, no prior")] + [(chosen, "dev")] * (chosen != plain)
+
+
 def merged_rows(runs: list[Run], heads: dict, gold: GoldSet, dev: GoldSet | None) -> list[Row]:
     """Every forward run merged with every reverse run (the recipe): geometric mean, read by
-    grow-diag at the tau of the dev set's merged matrices (without one: tau 0)."""
+    grow-diag at the tau (and prior) of the dev set's merged matrices (without one: tau 0)."""
     rows = []
     for one in (r for r in runs if not r.reverse):
         for other in (r for r in runs if r.reverse):
             (ours, our_head), (theirs, their_head) = heads[one.name], heads[other.name]
-            chosen = Extraction("grow-diag")
+            readings = [(Extraction("grow-diag"), "no dev set")]
             if dev is not None:
                 dev_theirs = turned(other.on_dev(their_head, dev))
-                chosen = tune(merged(one.on_dev(our_head, dev), dev_theirs), dev.gold)[0]
-            links = read(merged(ours, theirs), chosen)
-            rows.append(Row.of(f"{one.name}+{other.name}: merged, {chosen.name}", links, gold.gold))
+                readings = tuned(merged(one.on_dev(our_head, dev), dev_theirs), dev.gold)
+            for chosen, how in readings:
+                links = read(merged(ours, theirs), chosen)
+                label = f"{one.name}+{other.name}: merged, {chosen.name} ({how})"
+                rows.append(Row.of(label, links, gold.gold))
     return rows
 
 

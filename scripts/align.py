@@ -1,7 +1,7 @@
 """Word alignments from a trained model's cross-attention, scored against gold.
 
     python scripts/align.py RUN --src es.txt --tgt en.txt --gold gold.wa --output es-en.align
-    # the best alignments: a reverse run merged in, tau tuned on a development set first
+    # the best alignments: a reverse run merged in, tau and prior tuned on a dev set first
     python scripts/align.py RUN --reverse-run RUN_EN_ES --tune-on xlwa:dev.tsv
     python scripts/align.py RUN --reverse-run RUN_EN_ES --src es.txt --tgt en.txt --output both.align
 
@@ -10,8 +10,9 @@ rows' entropy and uncovered source words; with gold, every head's AER, drawn to
 ``RUN/align/aer_heads.png``, the best recorded in ``RUN/align/best_head.json``. ``--output``
 writes Pharaoh links (0-based ``source-target``) of ``--head`` (default: the guided head, else
 the best recorded, else the last layer's mean) read by ``--method`` (default: grow-diag at the
-tau ``--tune-on`` recorded, else argmax). ``--reverse-run``: a model trained the other way; the
-two heads' matrices merged by their geometric mean, read by grow-diag at the pair's tuned tau.
+tau and diagonal prior ``--tune-on`` recorded, else argmax). ``--reverse-run``: a model trained
+the other way; the two heads' matrices merged by their geometric mean, read by grow-diag at the
+pair's tuned tau and prior.
 Without ``--src``, a demo run aligns its own test pairs against the generator's gold.
 """
 
@@ -64,6 +65,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--method", choices=EXTRACTIONS, help="how weights become links")
     parser.add_argument("--tau", type=float, help="grow-diag's tau (default: the run's tuned one)")
     parser.add_argument(
+        "--diagonal",
+        type=float,
+        help="the diagonal prior's width in words (0: none; default: the run's tuned one): links far from the diagonal need more weight",
+    )
+    parser.add_argument(
         "--tune-on", metavar="FORMAT:PATH", help="a dev set, xlwa:FILE or graca:DIR"
     )
     parser.add_argument("--reverse-run", type=Path, help="a run trained the other way, merged in")
@@ -81,7 +87,7 @@ def parse_args() -> argparse.Namespace:
 @report_user_errors
 def main() -> None:
     args = parse_args()
-    Extraction.for_run(args.method, args.tau)  # a bad --tau is named before any work
+    Extraction.for_run(args.method, args.tau, diagonal=args.diagonal)  # named before any work
     run = Aligner(args.run_dir, args.average_last)
     pair = None
     if args.reverse_run is not None:
@@ -93,8 +99,10 @@ def main() -> None:
         dev, dropped = dev_set(args.tune_on, run.direction).foldable(run.tokenizer)
         chosen, table, what = tune_run(run, dev, run.reading(args.head, args.mode), pair)
         print(f"tuning on {args.tune_on} ({len(dev)} pairs, {dropped} left out), {what}:")
-        print("  grow-diag AER by tau: " + "  ".join(f"{t:g}: {a:.3f}" for t, a, _, _ in table))
-        print(f"  chosen {chosen.tau:g}, recorded in {run.records}")
+        for width in sorted({w for _, w, *_ in table}):
+            scores = "  ".join(f"{t:g}: {a:.3f}" for t, w, a, _, _ in table if w == width)
+            print(f"  grow-diag AER by tau, diagonal {width:g}: {scores}")
+        print(f"  chosen {chosen.name}, recorded in {run.records}")
         if args.src is None:
             return  # tuning alone
     if args.src is None:
@@ -116,7 +124,7 @@ def main() -> None:
         figure = plot_aer_grid([[s.aer for s in row] for row in grid], title)
         figure.savefig(run.records / "aer_heads.png", dpi=120)
         print(f"best head: {best.reading.name}, AER {best.aer:.3f}, recorded in {run.records}")
-    reading = run.reading(args.head, args.mode, args.method, args.tau)
+    reading = run.reading(args.head, args.mode, args.method, args.tau, args.diagonal)
     links = attention.links(reading)
     print(
         f"\nlinks of {reading.label}"
@@ -128,7 +136,9 @@ def main() -> None:
         else [Row.of(r.label, attention.links(r), gold) for r in every_method(reading, run.records)]
     )
     if pair is not None:
-        how = Extraction.for_run(args.method or "grow-diag", args.tau, run.records, MERGED_RECORD)
+        how = Extraction.for_run(
+            args.method or "grow-diag", args.tau, run.records, MERGED_RECORD, args.diagonal
+        )
         if not how.source.startswith("tuned"):
             print(f"note: no tau tuned for the pair: {how.name} (tune it with --tune-on)")
         links, theirs = merge_pair(attention, reading, pair, how)

@@ -122,6 +122,11 @@ def main() -> None:
         "scripts/align.py --tune-on recorded a tau for the run, else argmax)",
     )
     parser.add_argument("--tau", type=float, help="grow-diag's tau")
+    parser.add_argument(
+        "--diagonal",
+        type=float,
+        help="the diagonal prior's width in words (0: none; default: the run's tuned one): links far from the diagonal need more weight",
+    )
     refuse_removed(sys.argv[1:], flags=True)
     args = parser.parse_args()
     if args.n_best > args.beam:
@@ -142,7 +147,9 @@ def main() -> None:
         return
     model, tokenizer, _ = load_model(args.run, average_last=args.average_last)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    reading = parse_head(args.head, n_layers, n_heads, args.run, args.mode, args.method, args.tau)
+    reading = parse_head(
+        args.head, n_layers, n_heads, args.run, args.mode, args.method, args.tau, args.diagonal
+    )
     model = quantize_for_decoding(model, args.quantize)
     try:
         results = translate(
@@ -163,12 +170,14 @@ def main() -> None:
 def translate_ct2(args: argparse.Namespace, lines: list[str], cfg: DecodeConfig) -> None:
     """The same output from CTranslate2; --alignments from the attention it returns (its last
     layer, heads averaged: --head is not available there)."""
+    reading_flags = args.head, args.mode, args.tau, args.diagonal
     if args.alignments and (
-        args.head is not None or args.mode is not None or args.method not in (None, "argmax")
+        any(flag is not None for flag in reading_flags) or args.method not in (None, "argmax")
     ):
         raise UserError(
             "--engine ct2 aligns with the last layer's heads averaged only, as the model "
-            "predicts, by argmax (no --head, --mode or --method); use --engine torch for those"
+            "predicts, by argmax (no --head, --mode, --method, --tau or --diagonal); use "
+            "--engine torch for those"
         )
     engine = CT2Translator(args.ct2_dir or Path(args.run) / "ct2")
     found = engine.translate(lines, cfg, args.n_best, args.long_inputs, attention=args.alignments)

@@ -150,10 +150,11 @@ def test_exported_demo_model_translates_and_scores_as_ours(demo_run, tmp_path) -
     ct2_out = run_script(*common, "--engine", "ct2", "--ct2-dir", tmp_path / "fp32", input=text)
     assert ct2_out.returncode == 0, ct2_out.stderr
     assert ct2_out.stdout == torch_out.stdout and " ||| " in ct2_out.stdout
-    refused = run_script(
-        *common, "--engine", "ct2", "--ct2-dir", tmp_path / "fp32", "--mode", "full", input=text
-    )
-    assert refused.returncode != 0 and "no --head, --mode or --method" in refused.stderr
+    for flag in (["--mode", "full"], ["--diagonal", "4"]):  # a reading ct2 cannot give
+        ct2 = ["--engine", "ct2", "--ct2-dir", tmp_path / "fp32", *flag]
+        refused = run_script(*common, *ct2, input=text)
+        assert refused.returncode != 0, flag
+        assert "no --head, --mode, --method, --tau or --diagonal" in refused.stderr, flag
 
     # evaluate.py decode.engine=ct2: the export's BLEU on the test split
     out = script(

@@ -11,6 +11,7 @@ from transformer_mt.align.extract import (
     EXTRACTIONS,
     TUNING_GRID,
     Extraction,
+    diagonal_prior,
     hard_alignment,
     merge_directions,
     record_folder,
@@ -73,7 +74,7 @@ def test_an_explicit_tau_wins_then_the_runs_tuned_one_then_the_default(tmp_path)
     assert folder == tmp_path / "align"
     assert Extraction.for_run("grow-diag", None, folder).name == "grow-diag 0"
     assert Extraction.for_run(None, None, folder) == Extraction("argmax")  # nothing tuned
-    save_tuned(folder, 0.15, "dev.tsv", [])
+    save_tuned(folder, Extraction("grow-diag", 0.15), "dev.tsv", [])
     tuned = Extraction.for_run("grow-diag", None, folder)
     assert (tuned.tau, tuned.source) == (0.15, "tuned on dev.tsv")
     # with no method, a run with a tuned tau is read by grow-diag at it: the dev sets' choice
@@ -81,6 +82,13 @@ def test_an_explicit_tau_wins_then_the_runs_tuned_one_then_the_default(tmp_path)
     assert Extraction.for_run("grow-diag", 0.5, folder).tau == 0.5
     assert Extraction.for_run(None, 0.5, folder) == Extraction("grow-diag", 0.5)
     assert Extraction.for_run("argmax", None, folder).tau is None
+    # a tuned prior width goes with every method; a given one replaces it, 0 turns it off
+    save_tuned(folder, Extraction("grow-diag", 0.15, 4), "dev.tsv", [])
+    assert Extraction.for_run(None, None, folder) == Extraction("grow-diag", 0.15, 4)
+    assert Extraction.for_run("argmax", None, folder) == Extraction("argmax", None, 4)
+    assert Extraction.for_run(None, None, folder, diagonal=0) == Extraction("grow-diag", 0.15)
+    assert Extraction.for_run(None, 0.3, folder) == Extraction("grow-diag", 0.3, 4)
+    assert Extraction.for_run(None, None, folder).name == "grow-diag 0.15, diagonal 4"
     # a record of an older align.py (its methods were removed) is named, not misread
     (folder / "extraction.json").write_text(json.dumps({"parameters": {"threshold": 0.2}}))
     with pytest.raises(UserError, match="written by an older scripts/align.py"):
@@ -91,12 +99,12 @@ def test_tuning_picks_the_dev_sets_best_tau_from_the_dev_gold_alone():
     # the dev gold wants target 1's two links and nothing for target 3: grow-diag keeps (2, 1)
     # up to tau 0.46 and target 3's weak argmax (0, 3) is never grown (final-and)
     sure = {(0, 0), (1, 1), (2, 1), (3, 2)}
-    best, table = tune([W], [(sure, sure)], grid=(0.0, 0.47, 0.6, 0.85))
+    best, table = tune([W], [(sure, sure)], grid=(0.0, 0.47, 0.6, 0.85), diagonals=(0.0,))
     assert best == Extraction("grow-diag", 0.0)
     # AER = 1 - 2|A & S| / (|A| + |S|): 0.47 loses (2,1) (0.46); 0.6 loses (1,1) (0.48) too;
     # 0.85 keeps (0,0) alone
     expected = [0.0, 1 - 6 / 7, 1 - 4 / 6, 1 - 2 / 5]
-    assert [aer for _, aer, _, _ in table] == pytest.approx(expected)
+    assert [aer for _, _, aer, _, _ in table] == pytest.approx(expected)
 
 
 def test_tune_reads_nothing_but_what_it_is_given(monkeypatch):
@@ -132,10 +140,48 @@ def test_teacher_rows_read_back_give_the_teachers_links_where_each_method_can():
 
 
 def test_saved_record_names_what_it_was_tuned_on(tmp_path):
-    path = save_tuned(tmp_path, 0.2, "xlwa dev.tsv", [[0.2, 0.3, 0.7, 0.7]])
+    path = save_tuned(tmp_path, Extraction("grow-diag", 0.2, 4), "xlwa dev.tsv", [[0.2, 4, 0.3]])
     record = json.loads(path.read_text())
     assert record["tuned_on"] == "xlwa dev.tsv"
-    assert (record["method"], record["tau"]) == ("grow-diag", 0.2)
+    assert (record["method"], record["tau"], record["diagonal"]) == ("grow-diag", 0.2, 4.0)
+    del record["diagonal"]  # a record from before the prior: read as none
+    path.write_text(json.dumps(record))
+    assert Extraction.for_run(None, None, tmp_path) == Extraction("grow-diag", 0.2)
+
+
+def test_the_diagonal_prior_by_hand():
+    # 2 target words over 4 source words: row j expects source (j + 0.5) * 2, i.e. 1 and 3;
+    # cell (j, i) is weighed by exp(-|i + 0.5 - expected| / width)
+    weights = torch.tensor([[0.1, 0.2, 0.3, 0.2], [0.4, 0.1, 0.1, 0.3]])
+    prior = torch.tensor([[0.5, 0.5, 1.5, 2.5], [2.5, 1.5, 0.5, 0.5]]).div(-2.0).exp()
+    weighed = weights * prior
+    expected = weighed * (weights.sum(-1, keepdim=True) / weighed.sum(-1, keepdim=True))
+    assert torch.allclose(diagonal_prior(weights, 2.0), expected)
+    assert torch.allclose(diagonal_prior(weights, 2.0).sum(-1), weights.sum(-1))  # mass kept
+    assert diagonal_prior(weights, 0.0) is weights
+    # a far source word that edges out a near one loses to it under the prior: row 0's 0.3
+    # at distance 1.5 (0.142) to 0.2 at 0.5 (0.156), row 1's 0.4 at 2.5 to 0.3 at 0.5
+    assert hard_alignment(weights, "argmax") == {(2, 0), (0, 1)}
+    assert hard_alignment(weights, "argmax", diagonal=2.0) == {(1, 0), (3, 1)}
+    assert Extraction("argmax", None, 2.0).links(weights) == {(1, 0), (3, 1)}
+    with pytest.raises(UserError, match="diagonal prior width -1: a width in words"):
+        Extraction("argmax", None, -1)
+
+
+def test_a_joined_long_pair_keeps_its_links_inside_its_parts_under_the_prior():
+    """Two copies of a 6-word pair end to end, the head torn between the two copies of each
+    word (as a head trained on short pairs is on a long input, 0.55 against 0.45 for the
+    wrong one): argmax sends half the words to the other copy, the prior none."""
+    part = torch.eye(6)
+    weights = torch.zeros(12, 12)
+    weights[:6, 6:], weights[6:, :6] = 0.55 * part, 0.55 * part  # the wrong copy
+    weights[:6, :6], weights[6:, 6:] = 0.45 * part, 0.45 * part  # the right one
+    right = {(i, i) for i in range(12)}
+    assert hard_alignment(weights, "argmax") & right == set()
+    assert hard_alignment(weights, "argmax", diagonal=4.0) == right
+    best, table = tune([weights], [(right, right)], grid=(0.0,), diagonals=(0.0, 4.0))
+    assert best == Extraction("grow-diag", 0.0, 4.0)
+    assert [(width, aer) for _, width, aer, _, _ in table] == [(0.0, 1.0), (4.0, 0.0)]
 
 
 def test_align_config_names_a_bad_extraction():
@@ -144,7 +190,11 @@ def test_align_config_names_a_bad_extraction():
 
     cfg = AlignConfig(guided=True, extract="grow-diag", tau=0.2)
     assert HeadReading.from_config(cfg, 2, 2).extraction == Extraction("grow-diag", 0.2)
-    with pytest.raises(UserError, match="align.extract=soft / align.tau: alignment method"):
+    cfg = AlignConfig(guided=True, extract="argmax", diagonal=4)
+    assert HeadReading.from_config(cfg, 2, 2).extraction == Extraction("argmax", None, 4)
+    with pytest.raises(UserError, match="align.diagonal: diagonal prior width -2"):
+        AlignConfig(diagonal=-2)
+    with pytest.raises(UserError, match="align.extract=soft / align.tau / .*: alignment method"):
         AlignConfig(extract="soft")
     with pytest.raises(UserError, match="align.extract=argmax .* takes no tau"):
         AlignConfig(tau=0.2)

@@ -95,7 +95,9 @@ def test_one_default_head_everywhere_guided_then_best_then_the_last_layer(tmp_pa
     OmegaConf.save(OmegaConf.create({"align": plain}), run / "config.yaml")
     assert parse_head(None, 6, 8, run_dir=run) == HeadReading(6, None)  # nothing recorded
     assert default_reading(None, 6, 8) == HeadReading(6, None)
-    save_tuned(record_folder(run), 0.15, "dev.tsv", [])  # a tuned tau: read by grow-diag
+    save_tuned(
+        record_folder(run), Extraction("grow-diag", 0.15), "dev.tsv", []
+    )  # a tuned tau: read by grow-diag
     tuned = Extraction("grow-diag", 0.15)
     assert parse_head(None, 6, 8, run_dir=run) == HeadReading(6, None, extraction=tuned)
     assert parse_head("2:1", 6, 8, run_dir=run) == HeadReading(2, 1, extraction=tuned)

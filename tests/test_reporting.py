@@ -158,7 +158,7 @@ def test_pipeline_captures_full_context_only_when_a_full_reading_asks(tmp_path: 
     row = Row.of("x", attention.links(HeadReading(1, None)), pairs.gold)
     assert (row.aer, row.precision, row.recall) == (0.0, 1.0, 1.0)
     # every method on one head: the reading itself first, then grow-diag at the run's tau
-    save_tuned(tmp_path, 0.2, "dev", [])
+    save_tuned(tmp_path, Extraction("grow-diag", 0.2), "dev", [])
     readings = every_method(HeadReading(2, 1), tmp_path)
     assert [r.extraction for r in readings] == [Extraction(), Extraction("grow-diag", 0.2)]
     with pytest.raises(UserError, match="--tune-on 'dev.tsv': expected xlwa:FILE.tsv or graca"):

@@ -591,6 +591,7 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
 
     from omegaconf import OmegaConf
 
+    from transformer_mt.align.extract import Extraction
     from transformer_mt.align.links import read_pharaoh
 
     _, out = small_run
@@ -602,15 +603,19 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
     assert tuned.returncode == 0, tuned.stderr
     record = json.loads((run / "align" / "extraction.json").read_text())
     assert record["method"] == "grow-diag" and "dev.tsv" in record["tuned_on"]
-    tau = record["tau"]
-    assert tau == min(record["table"], key=lambda row: (row[1], row[0]))[0]  # the dev's best
+    tau, width = record["tau"], record["diagonal"]
+    scores = {(t, w): aer for t, w, aer, _, _ in record["table"]}  # every tau by every width
+    assert len(scores) == 9 * 4 and scores[tau, width] == min(scores.values())  # the dev's best
+    name = Extraction("grow-diag", tau, width).name
     # with a tuned tau recorded, the head is read by grow-diag at it, no flag to remember
     used = _script("align.py", run, *files, "--head", "1:1", "--output", tmp_path / "t")
     assert used.returncode == 0, used.stderr
-    assert f"links of 1:1 by grow-diag {tau:g} (tuned on xlwa:" in used.stdout
-    assert f"1:1 by grow-diag {tau:g}" in used.stdout and "1:1 by argmax" in used.stdout
+    assert f"links of 1:1 by {name} (tuned on xlwa:" in used.stdout
+    assert f"1:1 by {name}" in used.stdout and "1:1 by argmax" in used.stdout
     plain = _script("align.py", run, *files, "--head", "1:1", "--method", "argmax")
-    assert "links of 1:1 by argmax" in plain.stdout, plain.stderr
+    assert f"links of 1:1 by {Extraction('argmax', None, width).name}" in plain.stdout
+    unweighed = _script("align.py", run, *files, "--head", "1:1", "--diagonal", "0")
+    assert f"links of 1:1 by grow-diag {tau:g} (tuned on" in unweighed.stdout, unweighed.stderr
     # a copy of the run that claims to translate the other way stands in for an EN->ES run
     reverse = tmp_path / "reverse"
     shutil.copytree(out, reverse, ignore=shutil.ignore_patterns("align"))
@@ -624,7 +629,7 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
     assert tuned.returncode == 0, tuned.stderr
     record = json.loads((run / "align" / "extraction_product.json").read_text())
     assert "merged with" in record["tuned_on"] and record["method"] == "grow-diag"
-    tau = record["tau"]
+    pair = Extraction("grow-diag", record["tau"], record["diagonal"])
     # the reverse run's own links are read with its own tuned tau, not this run's
     (reverse / "align").mkdir(exist_ok=True)
     mine = {"method": "grow-diag", "tau": 0.3, "tuned_on": "a dev set"}
@@ -632,11 +637,11 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
     both = _script("align.py", run, *files, *merge, "--output", tmp_path / "mboth")
     assert both.returncode == 0, both.stderr
     assert "reverse: 1:1 by grow-diag 0.3" in both.stdout
-    assert f"by grow-diag {tau:g} tuned on xlwa:" in both.stdout
-    assert f"merged, grow-diag {tau:g}" in both.stdout  # scored beside each direction
+    assert f"by {pair.name} tuned on xlwa:" in both.stdout
+    assert f"merged, {pair.name}" in both.stdout  # scored beside each direction
     # by hand: both heads' word matrices (the reverse run reads the pairs turned round),
-    # geometric mean, grow-diag at the tuned tau
-    from transformer_mt.align.extract import Extraction, merge_directions
+    # geometric mean, grow-diag at the tuned tau and prior
+    from transformer_mt.align.extract import merge_directions
     from transformer_mt.align.reading import HeadReading
     from transformer_mt.analysis import corpus_attention
     from transformer_mt.checkpoint import load_model
@@ -646,9 +651,7 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
     reading = HeadReading(1, 1, "causal")
     ours = [reading.matrix(w) for w in corpus_attention(model, tokenizer, es, en)]
     theirs = [reading.matrix(w) for w in corpus_attention(model, tokenizer, en, es)]
-    expected = [
-        Extraction("grow-diag", tau).links(merge_directions(f, b.T)) for f, b in zip(ours, theirs)
-    ]
+    expected = [pair.links(merge_directions(f, b.T)) for f, b in zip(ours, theirs)]
     assert links(tmp_path / "mboth") == expected
     # the hard-link combinations and the threshold reading that lost are refused by name
     refused = _script("align.py", run, *files, *merge, "--symmetrize", "intersect")

@@ -272,10 +272,11 @@ class AlignConfig:
     # et al.'s full context, fairseq's --full-context-alignment), one more pass up to align.layer.
     mode: str = "causal"
     # How the guided head's rows become links for validation AER (transformer_mt.align.extract):
-    # argmax or grow-diag; tau: grow-diag's (null: 0). Choose tau on a development gold set:
-    # scripts/align.py RUN --tune-on ...
+    # argmax or grow-diag; tau: grow-diag's (null: 0); diagonal: the diagonal prior's width in
+    # words (0: none). Choose both on a development gold set: scripts/align.py RUN --tune-on ...
     extract: str = "argmax"
     tau: float | None = None
+    diagonal: float = 0.0
     gold: dict[str, Any] = field(default_factory=dict)  # name -> GoldSetConfig: AER at validations
 
     def __post_init__(self) -> None:
@@ -287,9 +288,11 @@ class AlignConfig:
         if self.mode not in MODES:
             raise UserError(f"align.mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         try:
-            Extraction(self.extract, self.tau)
+            Extraction(self.extract, self.tau, self.diagonal)
         except UserError as err:
-            raise UserError(f"align.extract={self.extract} / align.tau: {err}") from None
+            raise UserError(
+                f"align.extract={self.extract} / align.tau / align.diagonal: {err}"
+            ) from None
 
 
 @dataclass

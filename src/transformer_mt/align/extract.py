@@ -9,6 +9,14 @@ is read as links in one of two ways (``EXTRACTIONS``):
   argmaxes (target->source) and the column argmaxes (source->target) of at least tau are the
   two directions, their intersection grown towards their union. tau = 0 keeps every argmax.
 
+Either may first weigh the matrix by a diagonal prior (``diagonal``, a width w in words):
+cell (j, i) times exp(-|i - j·W_src/W_tgt| / w), each row rescaled to the mass it had, the
+distortion prior of IBM-style aligners (fast_align's is relative to the length; ours is in
+words, so one word off costs the same in a short sentence as in a long one). A head trained on
+short pairs spreads its weight over far source words of a long one, the same words as often
+as not (a joined 8-pair input linked 27% of its words outside their own pair); the prior keeps
+the links near the diagonal unless the head's weight says otherwise. 0 is no prior.
+
 Grow-diag at a tau tuned on a development set beat argmax on every run scored; a plain
 ``threshold`` and the argmaxes' ``intersect`` were never the development set's choice and were
 removed (docs/experiments.md).
@@ -29,7 +37,7 @@ Legend: W_tgt target words, W_src source words.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -42,6 +50,7 @@ from transformer_mt.run_config import run_folder
 EXTRACTIONS = ("argmax", "grow-diag")
 DEFAULT_TAU = 0.0  # grow-diag's tau when none is given or recorded: every argmax
 TUNING_GRID = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)  # the values ``tune`` tries
+DIAGONAL_GRID = (0.0, 2.0, 4.0, 8.0)  # the diagonal prior's widths ``tune`` tries (0: none)
 RECORD = "extraction.json"  # in RUN_DIR/align
 MERGED_RECORD = "extraction_product.json"  # tau tuned for a run's head merged with a reverse run's
 
@@ -62,13 +71,34 @@ def column_argmax(weights: Tensor, at_least: float = 0.0) -> Links:
     }
 
 
-def hard_alignment(weights: Tensor, method: str = "argmax", tau: float | None = None) -> Links:
+def diagonal_prior(weights: Tensor, width: float) -> Tensor:
+    """``weights`` times exp(-|i - j·W_src/W_tgt| / width), each row rescaled to its own sum.
+
+    Args:
+        weights: (W_tgt, W_src) word-level attention (EOS column left out).
+        width: in source words; 0 returns ``weights`` as they are.
+    """
+    if width == 0 or weights.numel() == 0:
+        return weights
+    n_tgt, n_src = weights.shape
+    expected = (torch.arange(n_tgt, dtype=torch.float32) + 0.5) * (n_src / n_tgt)  # (W_tgt,)
+    source = torch.arange(n_src, dtype=torch.float32) + 0.5  # (W_src,)
+    prior = torch.exp(-(expected[:, None] - source[None, :]).abs() / width)
+    weighed = weights.float() * prior
+    scale = weights.float().sum(-1, keepdim=True) / weighed.sum(-1, keepdim=True).clamp(min=1e-30)
+    return (weighed * scale).to(weights.dtype)
+
+
+def hard_alignment(
+    weights: Tensor, method: str = "argmax", tau: float | None = None, diagonal: float = 0.0
+) -> Links:
     """Word links read from one attention matrix.
 
     Args:
         weights: (W_tgt, W_src) word-level attention (EOS column left out).
         method: one of ``EXTRACTIONS`` (module docstring).
         tau: grow-diag's threshold (None: ``DEFAULT_TAU``); argmax takes none.
+        diagonal: the diagonal prior's width in words (``diagonal_prior``); 0: none.
 
     Returns:
         (source i, target j) links.
@@ -79,6 +109,7 @@ def hard_alignment(weights: Tensor, method: str = "argmax", tau: float | None = 
         raise ValueError(f"alignment method argmax takes no tau, got {tau}")
     if weights.numel() == 0:
         return set()
+    weights = diagonal_prior(weights, diagonal)
     if method == "argmax":
         return row_argmax(weights)
     tau = DEFAULT_TAU if tau is None else tau
@@ -87,11 +118,13 @@ def hard_alignment(weights: Tensor, method: str = "argmax", tau: float | None = 
 
 @dataclass(frozen=True)
 class Extraction:
-    """How a head's weights become links: a method and its tau (``--method`` / ``--tau``,
-    ``align.extract`` / ``align.tau``)."""
+    """How a head's weights become links: a method, its tau and the diagonal prior's width
+    (``--method`` / ``--tau`` / ``--diagonal``, ``align.extract`` / ``align.tau`` /
+    ``align.diagonal``)."""
 
     method: str = "argmax"
     tau: float | None = None  # grow-diag's; None: DEFAULT_TAU (argmax takes none)
+    diagonal: float = 0.0  # the diagonal prior's width in words; 0: none
     # where tau came from, for reports ("tuned on dev.tsv"); not part of its identity
     source: str = field(default="", compare=False)
 
@@ -105,16 +138,22 @@ class Extraction:
             raise UserError("alignment method argmax takes no tau; it is for grow-diag")
         if self.tau is not None and not 0.0 <= self.tau <= 1.0:
             raise UserError(f"alignment tau {self.tau}: attention weights are 0..1")
+        if self.diagonal < 0:
+            raise UserError(
+                f"diagonal prior width {self.diagonal:g}: a width in words, > 0 (0: no prior)"
+            )
         if self.method == "grow-diag" and self.tau is None:
             object.__setattr__(self, "tau", DEFAULT_TAU)
+        object.__setattr__(self, "diagonal", float(self.diagonal))
 
     def links(self, weights: Tensor) -> Links:
-        return hard_alignment(weights, self.method, self.tau)
+        return hard_alignment(weights, self.method, self.tau, self.diagonal)
 
     @property
     def name(self) -> str:
-        """``argmax`` or ``grow-diag 0.1``."""
-        return self.method if self.tau is None else f"{self.method} {self.tau:g}"
+        """``argmax``, ``grow-diag 0.1`` or ``grow-diag 0.1, diagonal 4``."""
+        name = self.method if self.tau is None else f"{self.method} {self.tau:g}"
+        return name + f", diagonal {self.diagonal:g}" * bool(self.diagonal)
 
     @classmethod
     def for_run(
@@ -123,17 +162,21 @@ class Extraction:
         tau: float | None = None,
         folder: Path | None = None,
         record: str = RECORD,
+        diagonal: float | None = None,
     ) -> Extraction:
-        """A command line's ``--method`` / ``--tau`` for a run: an explicit tau wins, then the
-        one ``scripts/align.py --tune-on`` recorded in ``folder`` (``record_folder``;
-        ``record``: ``MERGED_RECORD`` for merged directions), then ``DEFAULT_TAU``. With no
-        method, grow-diag if a tau is recorded (the development sets' choice), else argmax."""
-        if method == "argmax" or tau is not None:
-            return cls(method or "grow-diag", tau, "given" if tau is not None else "")
+        """A command line's ``--method`` / ``--tau`` / ``--diagonal`` for a run: what is given
+        wins, then what ``scripts/align.py --tune-on`` recorded in ``folder``
+        (``record_folder``; ``record``: ``MERGED_RECORD`` for merged directions), then
+        ``DEFAULT_TAU`` and no prior. With no method, grow-diag if a tau is recorded (the
+        development sets' choice), else argmax. The recorded width goes with every method."""
         recorded = read_tuned(folder / record) if folder is not None else None
+        width = diagonal if diagonal is not None else (recorded.diagonal if recorded else 0.0)
+        if method == "argmax" or tau is not None:
+            given = tau is not None or diagonal is not None
+            return cls(method or "grow-diag", tau, width, "given" if given else "")
         if recorded is not None:
-            return recorded
-        return cls(method or "argmax", None, "default" if method else "")
+            return replace(recorded, diagonal=width) if diagonal is not None else recorded
+        return cls(method or "argmax", None, width, "default" if method else "")
 
 
 def read_tuned(path: Path) -> Extraction | None:
@@ -146,7 +189,8 @@ def read_tuned(path: Path) -> Extraction | None:
             f"{path} was written by an older scripts/align.py (its methods were removed): "
             f"tune again with scripts/align.py RUN --tune-on FORMAT:DEV"
         )
-    return Extraction("grow-diag", saved["tau"], f"tuned on {saved['tuned_on']}")
+    diagonal = saved.get("diagonal", 0.0)  # records from before the prior have none
+    return Extraction("grow-diag", saved["tau"], diagonal, f"tuned on {saved['tuned_on']}")
 
 
 def record_folder(run_dir: Path) -> Path:
@@ -156,30 +200,48 @@ def record_folder(run_dir: Path) -> Path:
 
 
 def tune(
-    matrices: list[Tensor], gold: Gold, grid: tuple[float, ...] = TUNING_GRID
-) -> tuple[Extraction, list[tuple[float, float, float, float]]]:
-    """Grow-diag's tau with the lowest AER on a development set.
+    matrices: list[Tensor],
+    gold: Gold,
+    grid: tuple[float, ...] = TUNING_GRID,
+    diagonals: tuple[float, ...] = DIAGONAL_GRID,
+) -> tuple[Extraction, list[tuple[float, float, float, float, float]]]:
+    """Grow-diag's tau and the diagonal prior's width with the lowest AER on a development set.
 
     Args:
         matrices: per development pair, (W_tgt, W_src) word-level attention.
         gold: the development pairs' (sure, possible) links; nothing else is read.
 
     Returns:
-        the best ``Extraction`` (the smaller tau on a tie) and every tau's (tau, AER, P, R).
+        the best ``Extraction`` (on a tie the smaller tau, then no prior or the wider one: the
+        weaker prior) and every setting's (tau, width, AER, P, R).
     """
     table = []
-    for tau in grid:
-        links = [hard_alignment(m, "grow-diag", tau) for m in matrices]
-        table.append((tau, *corpus_scores(links, gold)))
-    best = min(table, key=lambda row: (row[1], row[0]))
-    return Extraction("grow-diag", best[0]), table
+    for width in diagonals:
+        weighed = [diagonal_prior(m, width) for m in matrices]
+        for tau in grid:
+            links = [hard_alignment(m, "grow-diag", tau) for m in weighed]
+            table.append((tau, width, *corpus_scores(links, gold)))
+    best = min(table, key=lambda row: (row[2], row[0], 1 / row[1] if row[1] else 0.0))
+    return Extraction("grow-diag", best[0], best[1]), table
 
 
-def save_tuned(folder: Path, tau: float, tuned_on: str, table: list, record: str = RECORD) -> Path:
-    """Record a tuned tau for a run (``Extraction.for_run`` reads it)."""
+def save_tuned(
+    folder: Path,
+    chosen: Extraction,
+    tuned_on: str,
+    table: list,
+    record: str = RECORD,
+) -> Path:
+    """Record a tuned tau and prior width for a run (``Extraction.for_run`` reads them)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / record
-    saved = {"method": "grow-diag", "tau": tau, "tuned_on": tuned_on, "table": table}
+    saved = {
+        "method": "grow-diag",
+        "tau": chosen.tau,
+        "diagonal": chosen.diagonal,
+        "tuned_on": tuned_on,
+        "table": table,
+    }
     path.write_text(json.dumps(saved, indent=1) + "\n", encoding="utf-8")
     return path
 

@@ -79,12 +79,14 @@ class HeadReading:
     @classmethod
     def from_config(cls, align, n_layers: int, n_heads: int) -> HeadReading:
         """The guided head of an ``AlignConfig``, or of a mapping with its keys (a run's saved
-        ``align`` block, a module's hyperparameters); ``extract`` / ``tau`` when it has them."""
+        ``align`` block, a module's hyperparameters); ``extract`` / ``tau`` / ``diagonal`` when
+        it has them."""
         get = align.get if isinstance(align, Mapping) else lambda key: getattr(align, key, None)
         layer, head, mode = get("layer"), get("head"), get("mode") or "causal"
         try:
-            method, tau = get("extract") or "argmax", get("tau")
-            extraction = Extraction(method, tau, "align.tau" if tau is not None else "")
+            method, tau, width = get("extract") or "argmax", get("tau"), get("diagonal") or 0.0
+            given = tau is not None or width
+            extraction = Extraction(method, tau, width, "align.tau" if given else "")
             return cls.of(layer, head, mode, n_layers, n_heads, extraction)
         except UserError as err:
             raise UserError(f"align.layer={layer} / align.head={head}: {err}") from None
@@ -167,6 +169,7 @@ class BestHead:
             "mode": r.mode,
             "method": r.extraction.method,
             "tau": r.extraction.tau,
+            "diagonal": r.extraction.diagonal,
             "aer": self.aer,
             "scored_on": what,
             "grids": grids,
@@ -185,7 +188,8 @@ class BestHead:
                 f"{path} was written by an older scripts/align.py: score the run again "
                 f"(scripts/align.py {run_folder(run_dir)} --src ... --tgt ... --gold ...)"
             )
-        extraction = Extraction(record["method"], record["tau"], "recorded")
+        width = record.get("diagonal", 0.0)  # records from before the prior have none
+        extraction = Extraction(record["method"], record["tau"], width, "recorded")
         reading = HeadReading(record["layer"], record["head"], record["mode"], extraction)
         return cls(reading, record["aer"])
 
@@ -213,15 +217,17 @@ def parse_head(
     mode: str | None = None,
     method: str | None = None,
     tau: float | None = None,
+    diagonal: float | None = None,
 ) -> HeadReading:
-    """``--head`` (with ``--mode``, ``--method`` and ``--tau``) of every command line ->
+    """``--head`` (with ``--mode``, ``--method``, ``--tau`` and ``--diagonal``) of every
+    command line ->
     a ``HeadReading``.
 
     ``L:H`` is a head, ``L`` a layer's heads averaged (1-based; negative from the end), read
     in ``mode`` (default causal); ``best`` is the reading ``scripts/align.py`` recorded for the
     run, ``guided`` the head the run trained with ``align.guided``, read as trained; None is
-    ``default_reading``. ``method`` / ``tau`` override how links are read; otherwise a head
-    brings its own (the recorded best's, else the run's tuned tau, else argmax).
+    ``default_reading``. ``method`` / ``tau`` / ``diagonal`` override how links are read;
+    otherwise a head brings its own (the recorded best's, else the run's tuned tau, else argmax).
     """
     if text in (None, "best", "guided"):
         if mode is not None:
@@ -236,10 +242,10 @@ def parse_head(
         reading = numbered_reading(text, n_layers, n_heads, mode or "causal")
         if run_dir is not None:
             reading = reading.read_by(Extraction.for_run(folder=record_folder(run_dir)))
-    if method is None and tau is None:
+    if method is None and tau is None and diagonal is None:
         return reading
     folder = record_folder(run_dir) if run_dir is not None else None
-    return reading.read_by(Extraction.for_run(method, tau, folder))
+    return reading.read_by(Extraction.for_run(method, tau, folder, diagonal=diagonal))
 
 
 def named_reading(text: str | None, n_layers: int, n_heads: int, run_dir: Path) -> HeadReading:

@@ -5,7 +5,7 @@ AER and the explorer share, in stages a reader can name:
    cross-attention as ``CorpusAttention``, teacher-forced on the given targets;
 2. **read**: a ``HeadReading`` turns it into matrices and links; ``scan_heads`` scores every
    head in every mode against gold and names the best (``BestHead``);
-3. **tune**: grow-diag's tau on a development set's matrices (``align.extract.tune``);
+3. **tune**: grow-diag's tau and diagonal prior on a development set's matrices (``align.extract.tune``);
 4. **combine directions**: a reverse run's matrices turned round and merged with the forward
    run's by their geometric mean (``merged``);
 5. **score**: ``Row``, a label with links and their AER, precision and recall;
@@ -112,10 +112,13 @@ class Aligner:
         mode: str | None = None,
         method: str | None = None,
         tau: float | None = None,
+        diagonal: float | None = None,
     ) -> HeadReading:
-        """``--head`` / ``--mode`` / ``--method`` / ``--tau`` resolved in this run."""
+        """``--head`` / ``--mode`` / ``--method`` / ``--tau`` / ``--diagonal`` resolved here."""
         cfg = self.model.cfg
-        return parse_head(head, cfg.n_layers, cfg.n_heads, self.run_dir, mode, method, tau)
+        return parse_head(
+            head, cfg.n_layers, cfg.n_heads, self.run_dir, mode, method, tau, diagonal
+        )
 
     def capture(self, pairs: GoldSet, progress: bool = True) -> CorpusAttention:
         """Stage 1: the pairs' word-level cross-attention; text whose pieces do not fold
@@ -194,10 +197,10 @@ def tune_run(
     reading: HeadReading,
     pair: tuple[Aligner, HeadReading] | None = None,
 ) -> tuple[Extraction, list, str]:
-    """Stage 3: grow-diag's tau chosen on a development set's matrices of ``reading`` (merged
-    with a reverse run's head, ``pair``, when given) and recorded for the run
-    (``MERGED_RECORD`` for a merged pair), where every command finds it. Returns it, every
-    tau's (tau, AER, P, R) and what was tuned."""
+    """Stage 3: grow-diag's tau and diagonal prior chosen on a development set's matrices of
+    ``reading`` (merged with a reverse run's head, ``pair``, when given) and recorded for the
+    run (``MERGED_RECORD`` for a merged pair), where every command finds them. Returns the
+    choice, every setting's (tau, width, AER, P, R) and what was tuned."""
     matrices, what = run.capture(dev).matrices(reading), reading.name
     if pair is not None:
         reverse, theirs = pair
@@ -205,8 +208,8 @@ def tune_run(
         what = f"{reading.name}, merged with {reverse.run_dir}'s {theirs.name}"
     chosen, table = tune(matrices, dev.gold)
     record = RECORD if pair is None else MERGED_RECORD
-    save_tuned(run.records, chosen.tau, f"{dev.name} ({what})", table, record)
-    return Extraction(chosen.method, chosen.tau, f"tuned on {dev.name}"), table, what
+    save_tuned(run.records, chosen, f"{dev.name} ({what})", table, record)
+    return replace(chosen, source=f"tuned on {dev.name}"), table, what
 
 
 def merge_pair(
