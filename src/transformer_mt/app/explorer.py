@@ -126,7 +126,8 @@ def build_app(run_dir: str | Path, average_last: int = 1) -> gr.Blocks:
                 list(EXTRACTIONS),
                 value=method_value,
                 label="hard alignment",
-                info="grow-diag uses the run's tuned tau (scripts/align.py --tune-on)",
+                info="grow-diag at the run's tuned tau, either method with its tuned "
+                "diagonal prior (scripts/align.py --tune-on)",
                 elem_id="extract",
             )
         heatmap = gr.Plot(label="attention", elem_id="heatmap")

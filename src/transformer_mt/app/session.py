@@ -186,7 +186,7 @@ class Explorer:
     ):
         """The heatmap of ``kind`` for one layer (1-based) and head (1-based, None: the mean),
         in words or pieces; the hard alignment as lines, read by ``method`` (an
-        ``EXTRACTIONS`` method, with the run's tuned tau if ``scripts/align.py --tune-on``
+        ``EXTRACTIONS`` method, with the run's tuned tau and prior if ``align.py --tune-on``
         recorded one); entropy and coverage (both from cross-attention of the same layer and
         head, in words).
 
