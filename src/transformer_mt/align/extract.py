@@ -13,9 +13,9 @@ Either may first weigh the matrix by a diagonal prior (``diagonal``, a width w i
 cell (j, i) times exp(-|i - j·W_src/W_tgt| / w), each row rescaled to the mass it had, the
 distortion prior of IBM-style aligners (fast_align's is relative to the length; ours is in
 words, so one word off costs the same in a short sentence as in a long one). A head trained on
-short pairs spreads its weight over far source words of a long one, the same words as often
-as not (a joined 8-pair input linked 27% of its words outside their own pair); the prior keeps
-the links near the diagonal unless the head's weight says otherwise. 0 is no prior.
+short pairs spreads its weight over far source words of a long one (short gold pairs joined 8
+at a time: 27% of its links fell outside their own pair); the prior keeps the links near the
+diagonal unless the head's weight says otherwise. 0 is no prior.
 
 Grow-diag at a tau tuned on a development set beat argmax on every run scored; a plain
 ``threshold`` and the argmaxes' ``intersect`` were never the development set's choice and were
@@ -52,7 +52,7 @@ DEFAULT_TAU = 0.0  # grow-diag's tau when none is given or recorded: every argma
 TUNING_GRID = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)  # the values ``tune`` tries
 DIAGONAL_GRID = (0.0, 2.0, 4.0, 8.0)  # the diagonal prior's widths ``tune`` tries (0: none)
 RECORD = "extraction.json"  # in RUN_DIR/align
-MERGED_RECORD = "extraction_product.json"  # tau tuned for a run's head merged with a reverse run's
+MERGED_RECORD = "extraction_product.json"  # tau and prior for a head merged with a reverse run's
 
 
 def row_argmax(weights: Tensor, at_least: float = 0.0) -> Links:
