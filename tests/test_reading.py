@@ -95,10 +95,9 @@ def test_one_default_head_everywhere_guided_then_best_then_the_last_layer(tmp_pa
     OmegaConf.save(OmegaConf.create({"align": plain}), run / "config.yaml")
     assert parse_head(None, 6, 8, run_dir=run) == HeadReading(6, None)  # nothing recorded
     assert default_reading(None, 6, 8) == HeadReading(6, None)
-    save_tuned(
-        record_folder(run), Extraction("grow-diag", 0.15), "dev.tsv", []
-    )  # a tuned tau: read by grow-diag
-    tuned = Extraction("grow-diag", 0.15)
+    # a tuned tau and prior: read by grow-diag with the prior
+    save_tuned(record_folder(run), Extraction("grow-diag", 0.15, 8), "dev.tsv", [])
+    tuned = Extraction("grow-diag", 0.15, 8)
     assert parse_head(None, 6, 8, run_dir=run) == HeadReading(6, None, extraction=tuned)
     assert parse_head("2:1", 6, 8, run_dir=run) == HeadReading(2, 1, extraction=tuned)
     best = HeadReading(4, 2, "shift")
@@ -108,7 +107,10 @@ def test_one_default_head_everywhere_guided_then_best_then_the_last_layer(tmp_pa
     OmegaConf.save(OmegaConf.create({"align": guided}), run / "config.yaml")
     # the guided head wins, read by the run's tuned tau
     assert parse_head(None, 6, 8, run_dir=run) == HeadReading(1, 3, "full", tuned)
-    assert parse_head(None, 6, 8, run_dir=run, tau=0.3).extraction == Extraction("grow-diag", 0.3)
+    given = parse_head(None, 6, 8, run_dir=run, tau=0.3).extraction  # the recorded prior kept
+    assert given == Extraction("grow-diag", 0.3, 8)
+    plain = parse_head("2:1", 6, 8, run_dir=run, diagonal=0).extraction  # the prior turned off
+    assert plain == Extraction("grow-diag", 0.15) and plain.name == "grow-diag 0.15"
     with pytest.raises(UserError, match="--mode shift goes with --head L:H or L; the default"):
         parse_head(None, 6, 8, run_dir=run, mode="shift")
 
