@@ -67,7 +67,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--diagonal",
         type=float,
-        help="the diagonal prior's width in words (0: none; default: the run's tuned one): links far from the diagonal need more weight",
+        help="the diagonal prior's width in words (0: none; default: the run's tuned one): "
+        "links far from the diagonal need more weight",
     )
     parser.add_argument(
         "--tune-on", metavar="FORMAT:PATH", help="a dev set, xlwa:FILE or graca:DIR"

@@ -125,7 +125,8 @@ def main() -> None:
     parser.add_argument(
         "--diagonal",
         type=float,
-        help="the diagonal prior's width in words (0: none; default: the run's tuned one): links far from the diagonal need more weight",
+        help="the diagonal prior's width in words (0: none; default: the run's tuned one): "
+        "links far from the diagonal need more weight",
     )
     refuse_removed(sys.argv[1:], flags=True)
     args = parser.parse_args()

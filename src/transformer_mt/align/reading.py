@@ -85,8 +85,8 @@ class HeadReading:
         layer, head, mode = get("layer"), get("head"), get("mode") or "causal"
         try:
             method, tau, width = get("extract") or "argmax", get("tau"), get("diagonal") or 0.0
-            given = tau is not None or width
-            extraction = Extraction(method, tau, width, "align.tau" if given else "")
+            given = "align.tau" if tau is not None else "align.diagonal" if width else ""
+            extraction = Extraction(method, tau, width, given)
             return cls.of(layer, head, mode, n_layers, n_heads, extraction)
         except UserError as err:
             raise UserError(f"align.layer={layer} / align.head={head}: {err}") from None
@@ -220,8 +220,7 @@ def parse_head(
     diagonal: float | None = None,
 ) -> HeadReading:
     """``--head`` (with ``--mode``, ``--method``, ``--tau`` and ``--diagonal``) of every
-    command line ->
-    a ``HeadReading``.
+    command line -> a ``HeadReading``.
 
     ``L:H`` is a head, ``L`` a layer's heads averaged (1-based; negative from the end), read
     in ``mode`` (default causal); ``best`` is the reading ``scripts/align.py`` recorded for the

@@ -5,7 +5,8 @@ AER and the explorer share, in stages a reader can name:
    cross-attention as ``CorpusAttention``, teacher-forced on the given targets;
 2. **read**: a ``HeadReading`` turns it into matrices and links; ``scan_heads`` scores every
    head in every mode against gold and names the best (``BestHead``);
-3. **tune**: grow-diag's tau and diagonal prior on a development set's matrices (``align.extract.tune``);
+3. **tune**: grow-diag's tau and diagonal prior on a development set's matrices
+   (``align.extract.tune``);
 4. **combine directions**: a reverse run's matrices turned round and merged with the forward
    run's by their geometric mean (``merged``);
 5. **score**: ``Row``, a label with links and their AER, precision and recall;
