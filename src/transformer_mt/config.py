@@ -273,7 +273,7 @@ class AlignConfig:
     mode: str = "causal"
     # How the guided head's rows become links for validation AER (transformer_mt.align.extract):
     # argmax or grow-diag; tau: grow-diag's (null: 0); diagonal: the diagonal prior's width in
-    # words (0: none). Choose both on a development gold set: scripts/align.py RUN --tune-on ...
+    # words (0: none). Choose tau on a development gold set: scripts/align.py RUN --tune-on ...
     extract: str = "argmax"
     tau: float | None = None
     diagonal: float = 0.0
