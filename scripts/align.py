@@ -1,7 +1,7 @@
 """Word alignments from a trained model's cross-attention, scored against gold.
 
     python scripts/align.py RUN --src es.txt --tgt en.txt --gold gold.wa --output es-en.align
-    # the best alignments: a reverse run merged in, tau and prior tuned on a dev set first
+    # the best alignments: a reverse run merged in, tau tuned on a dev set first
     python scripts/align.py RUN --reverse-run RUN_EN_ES --tune-on xlwa:dev.tsv
     python scripts/align.py RUN --reverse-run RUN_EN_ES --src es.txt --tgt en.txt --output both.align
 
@@ -10,10 +10,9 @@ rows' entropy and uncovered source words; with gold, every head's AER, drawn to
 ``RUN/align/aer_heads.png``, the best recorded in ``RUN/align/best_head.json``. ``--output``
 writes Pharaoh links (0-based ``source-target``) of ``--head`` (default: the guided head, else
 the best recorded, else the last layer's mean) read by ``--method`` (default: grow-diag at the
-tau and diagonal prior ``--tune-on`` recorded, else argmax). ``--reverse-run``: a model trained
-the other way; the two heads' matrices merged by their geometric mean, read by grow-diag at the
-pair's tuned tau and prior.
-Without ``--src``, a demo run aligns its own test pairs against the generator's gold.
+tau ``--tune-on`` recorded, with the diagonal prior, else argmax). ``--reverse-run``: a model
+trained the other way; the two heads' matrices merged by their geometric mean, read by
+grow-diag at the pair's tuned tau, with the prior. Without ``--src``, a demo run aligns its own test pairs against the generator's gold.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ AER and the explorer share, in stages a reader can name:
    cross-attention as ``CorpusAttention``, teacher-forced on the given targets;
 2. **read**: a ``HeadReading`` turns it into matrices and links; ``scan_heads`` scores every
    head in every mode against gold and names the best (``BestHead``);
-3. **tune**: grow-diag's tau and diagonal prior on a development set's matrices
+3. **tune**: grow-diag's tau, at the diagonal prior, on a development set's matrices
    (``align.extract.tune``);
 4. **combine directions**: a reverse run's matrices turned round and merged with the forward
    run's by their geometric mean (``merged``);
@@ -198,7 +198,7 @@ def tune_run(
     reading: HeadReading,
     pair: tuple[Aligner, HeadReading] | None = None,
 ) -> tuple[Extraction, list, str]:
-    """Stage 3: grow-diag's tau and diagonal prior chosen on a development set's matrices of
+    """Stage 3: grow-diag's tau (at the diagonal prior) chosen on a development set's matrices of
     ``reading`` (merged with a reverse run's head, ``pair``, when given) and recorded for the
     run (``MERGED_RECORD`` for a merged pair), where every command finds them. Returns the
     choice, every setting's (tau, width, AER, P, R) and what was tuned."""
