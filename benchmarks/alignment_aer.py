@@ -118,7 +118,7 @@ def run_rows(run: Run, gold: GoldSet, dev: GoldSet | None, layers: bool = False)
 def tuned(matrices: list[Tensor], gold) -> list[tuple[Extraction, str]]:
     """The dev set's choice of tau alone and of tau and diagonal prior (what every command
     reads after ``--tune-on``), each with its label: what the prior adds, side by side."""
-    plain = tune(matrices, gold, diagonals=(0.0,))[0]
+    plain = tune(matrices, gold, diagonal=0.0)[0]
     chosen = tune(matrices, gold)[0]
     return [(plain, "dev, no prior")] + [(chosen, "dev")] * (chosen != plain)
 

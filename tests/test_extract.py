@@ -99,7 +99,7 @@ def test_tuning_picks_the_dev_sets_best_tau_from_the_dev_gold_alone():
     # the dev gold wants target 1's two links and nothing for target 3: grow-diag keeps (2, 1)
     # up to tau 0.46 and target 3's weak argmax (0, 3) is never grown (final-and)
     sure = {(0, 0), (1, 1), (2, 1), (3, 2)}
-    best, table = tune([W], [(sure, sure)], grid=(0.0, 0.47, 0.6, 0.85), diagonals=(0.0,))
+    best, table = tune([W], [(sure, sure)], grid=(0.0, 0.47, 0.6, 0.85), diagonal=0.0)
     assert best == Extraction("grow-diag", 0.0)
     # AER = 1 - 2|A & S| / (|A| + |S|): 0.47 loses (2,1) (0.46); 0.6 loses (1,1) (0.48) too;
     # 0.85 keeps (0,0) alone
@@ -179,9 +179,10 @@ def test_a_joined_long_pair_keeps_its_links_inside_its_parts_under_the_prior():
     right = {(i, i) for i in range(12)}
     assert hard_alignment(weights, "argmax") & right == set()
     assert hard_alignment(weights, "argmax", diagonal=4.0) == right
-    best, table = tune([weights], [(right, right)], grid=(0.0,), diagonals=(0.0, 4.0))
-    assert best == Extraction("grow-diag", 0.0, 4.0)
-    assert [(width, aer) for _, width, aer, _, _ in table] == [(0.0, 1.0), (4.0, 0.0)]
+    for width, aer in ((0.0, 1.0), (4.0, 0.0)):  # tune reads at the width it is given
+        best, table = tune([weights], [(right, right)], grid=(0.0,), diagonal=width)
+        assert best == Extraction("grow-diag", 0.0, width)
+        assert [(w, a) for _, w, a, _, _ in table] == [(width, aer)]
 
 
 def test_align_config_names_a_bad_extraction():

@@ -54,7 +54,7 @@ TUNING_GRID = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)  # the values ``
 # (105 pairs, few long) cannot see the prior's gain: on the 35-minute recipe pair it preferred
 # none (0.297 against 0.301 at 8), where 8 cost Graca 0.001 and XL-WA test 0.004 and gained
 # 0.06-0.08 on short pairs joined into 60-word inputs; at 1,000 steps it chose 8 for each run.
-DIAGONAL_GRID = (8.0,)
+TUNED_DIAGONAL = 8.0
 RECORD = "extraction.json"  # in RUN_DIR/align
 MERGED_RECORD = "extraction_product.json"  # tau and prior for a head merged with a reverse run's
 
@@ -207,27 +207,26 @@ def tune(
     matrices: list[Tensor],
     gold: Gold,
     grid: tuple[float, ...] = TUNING_GRID,
-    diagonals: tuple[float, ...] = DIAGONAL_GRID,
+    diagonal: float = TUNED_DIAGONAL,
 ) -> tuple[Extraction, list[tuple[float, float, float, float, float]]]:
-    """Grow-diag's tau (and, given several, the diagonal prior's width) with the lowest AER on a
-    development set; by default at the one width of ``DIAGONAL_GRID``.
+    """Grow-diag's tau with the lowest AER on a development set, read under the diagonal prior
+    of width ``diagonal`` (0: none).
 
     Args:
         matrices: per development pair, (W_tgt, W_src) word-level attention.
         gold: the development pairs' (sure, possible) links; nothing else is read.
 
     Returns:
-        the best ``Extraction`` (on a tie the smaller tau, then no prior or the wider one: the
-        weaker prior) and every setting's (tau, width, AER, P, R).
+        the best ``Extraction`` (on a tie the smaller tau) and every tau's
+        (tau, width, AER, P, R).
     """
+    weighed = [diagonal_prior(m, diagonal) for m in matrices]
     table = []
-    for width in diagonals:
-        weighed = [diagonal_prior(m, width) for m in matrices]
-        for tau in grid:
-            links = [hard_alignment(m, "grow-diag", tau) for m in weighed]
-            table.append((tau, width, *corpus_scores(links, gold)))
-    best = min(table, key=lambda row: (row[2], row[0], 1 / row[1] if row[1] else 0.0))
-    return Extraction("grow-diag", best[0], best[1]), table
+    for tau in grid:
+        links = [hard_alignment(m, "grow-diag", tau) for m in weighed]
+        table.append((tau, diagonal, *corpus_scores(links, gold)))
+    best = min(table, key=lambda row: (row[2], row[0]))
+    return Extraction("grow-diag", best[0], diagonal), table
 
 
 def save_tuned(
