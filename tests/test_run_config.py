@@ -25,12 +25,13 @@ def test_a_removed_option_on_the_command_line_names_what_replaced_it(key: str) -
 
 
 def test_old_runs_holding_the_usual_value_read_as_today(tmp_path) -> None:
-    """Every run since e5d1fc5 saved data.eflomal_tokenize: none, and the runs before align.mode
-    saved the two flags: they load, resume and give their checkpoints' run as before."""
+    """Every run since e5d1fc5 saved data.eflomal_tokenize: none, the runs at 74727c6..66cdb80
+    data.concat.max_len: null, and the runs before align.mode the two flags: they load, resume
+    and give their checkpoints' run as before."""
     run = _run(
         tmp_path,
         "data:\n  name: demo\n  eflomal_links: gdfa\n  eflomal_tokenize: none\n"
-        "  concat:\n    share: 0.15\n    boundary: sep\n"
+        "  concat:\n    share: 0.15\n    boundary: sep\n    max_len: null\n"
         "trainer:\n  compile_dynamic: false\n"
         "align:\n  guided: true\n  shift: false\n  full_context: false\n",
     )
@@ -51,6 +52,7 @@ def test_old_runs_holding_the_usual_value_read_as_today(tmp_path) -> None:
         ("data:\n  eflomal_links: forward\n", "data.eflomal_links"),
         ("trainer:\n  compile_dynamic: true\n", "trainer.compile_dynamic"),
         ("data:\n  concat:\n    boundary: eos\n", "data.concat.boundary"),
+        ("data:\n  concat:\n    max_len: 160\n", "data.concat.max_len"),
     ],
 )
 def test_a_run_trained_with_a_removed_option_is_not_resumed_but_decodes(
