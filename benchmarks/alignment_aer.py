@@ -108,19 +108,19 @@ def run_rows(run: Run, gold: GoldSet, dev: GoldSet | None, layers: bool = False)
         rows.append(Row.scored(f"{run.name}: guided head {guided.name}", scan.cell(guided)))
     matrices = attention.matrices(reading)
     if dev is not None:
-        for chosen, how in tuned(run.on_dev(reading, dev), run.own(dev).gold):
+        for chosen, how in tuned(run.on_dev(reading, dev), run.own(dev)):
             label = f"{run.name}: {which} by {chosen.name} ({how})"
-            rows.append(Row.of(label, read(matrices, chosen), own.gold))
+            rows.append(Row.of(label, read(matrices, chosen, own), own.gold))
     rows = [Row(r.label, run.turn(r.links), r.aer, r.precision, r.recall) for r in rows]
     return rows, (turned(matrices) if run.reverse else matrices, reading)
 
 
-def tuned(matrices: list[Tensor], gold) -> list[tuple[Extraction, str]]:
-    """The dev set's choice of tau alone and of tau and diagonal prior (what every command
-    reads after ``--tune-on``), each with its label: what the prior adds, side by side."""
-    plain = tune(matrices, gold, diagonal=0.0)[0]
-    chosen = tune(matrices, gold)[0]
-    return [(plain, "dev, no prior")] + [(chosen, "dev")] * (chosen != plain)
+def tuned(matrices: list[Tensor], dev: GoldSet) -> list[tuple[Extraction, str]]:
+    """The dev set's tau for the attention alone, and for what every command reads after
+    ``--tune-on`` (the prior, words spelled alike linked), each with its label, side by side."""
+    plain = tune(matrices, dev.gold, diagonal=0.0)[0]
+    chosen = tune(matrices, dev.gold, words=dev.words)[0]
+    return [(plain, "dev, attention alone"), (chosen, "dev")]
 
 
 def merged_rows(runs: list[Run], heads: dict, gold: GoldSet, dev: GoldSet | None) -> list[Row]:
@@ -133,9 +133,9 @@ def merged_rows(runs: list[Run], heads: dict, gold: GoldSet, dev: GoldSet | None
             readings = [(Extraction("grow-diag"), "no dev set")]
             if dev is not None:
                 dev_theirs = turned(other.on_dev(their_head, dev))
-                readings = tuned(merged(one.on_dev(our_head, dev), dev_theirs), dev.gold)
+                readings = tuned(merged(one.on_dev(our_head, dev), dev_theirs), dev)
             for chosen, how in readings:
-                links = read(merged(ours, theirs), chosen)
+                links = read(merged(ours, theirs), chosen, gold)
                 label = f"{one.name}+{other.name}: merged, {chosen.name} ({how})"
                 rows.append(Row.of(label, links, gold.gold))
     return rows
@@ -145,7 +145,7 @@ def ceiling_row(gdfa: list[Links], gold: GoldSet, dev: GoldSet, dev_gdfa: list[L
     """eflomal's links as the rows a perfectly fitted head would have, read back by grow-diag
     at the dev set's tau: how well a head that copied its teacher could do."""
     chosen = tune(teacher_matrices(dev_gdfa, dev), dev.gold)[0]
-    links = read(teacher_matrices(gdfa, gold), chosen)
+    links = read(teacher_matrices(gdfa, gold), chosen, gold)
     return Row.of(f"ceiling: eflomal gdfa as rows, {chosen.name}", links, gold.gold)
 
 

@@ -208,10 +208,11 @@ def test_alignment_aer_reads_the_merged_pair_at_the_dev_sets_tau_alone(monkeypat
     both = {(0, 0), (1, 1)}
     dev = GoldSet("dev", ["x y"], ["u v"], [(both, both)])  # merged argmaxes: exact up to 0.566
     test = GoldSet("test", ["x y"], ["u v"], [({(0, 0)}, {(0, 0)})])  # tau 0.6 would win here
-    # the dev set's choice: the smallest best tau, without and with the prior (the same links)
+    # the dev set's choice: the smallest best tau, for the attention alone and as every command
+    # reads it (the prior, words spelled alike: none here), the same links
     plain, row = bench.merged_rows(runs, heads, test, dev)
-    assert plain.label == "a+b: merged, grow-diag 0 (dev, no prior)"
-    assert row.label == "a+b: merged, grow-diag 0, diagonal 8 (dev)"
+    assert plain.label == "a+b: merged, grow-diag 0 (dev, attention alone)"
+    assert row.label == "a+b: merged, grow-diag 0, diagonal 8, alike (dev)"
     assert plain.links == row.links == [both] and row.aer == pytest.approx(1 - 2 / 3)
     without = bench.merged_rows(runs, heads, test, None)  # without a dev set: tau 0
     assert [r.label for r in without] == ["a+b: merged, grow-diag 0 (no dev set)"]
@@ -220,8 +221,11 @@ def test_alignment_aer_reads_the_merged_pair_at_the_dev_sets_tau_alone(monkeypat
     torn[:2, 2:], torn[2:, :2] = 0.55 * torch.eye(2), 0.55 * torch.eye(2)
     torn[:2, :2], torn[2:, 2:] = 0.45 * torch.eye(2), 0.45 * torch.eye(2)
     right = {(i, i) for i in range(4)}
-    labels = [f"{e.name} ({how})" for e, how in bench.tuned([torn], [(right, right)])]
-    assert labels == ["grow-diag 0 (dev, no prior)", "grow-diag 0, diagonal 8 (dev)"]
+    torn_dev = GoldSet("dev", ["a b a b"], ["c d c d"], [(right, right)])
+    chosen = bench.tuned([torn], torn_dev)
+    labels = [f"{e.name} ({how})" for e, how in chosen]
+    assert labels == ["grow-diag 0 (dev, attention alone)", "grow-diag 0, diagonal 8, alike (dev)"]
+    assert [e.links(torn, ("a b a b".split(), "c d c d".split())) for e, _ in chosen][1] == right
 
 
 def _fake_run(root, name: str, seed: int, refs: list[str], greedy: list[str], beam: list[str]):

@@ -16,6 +16,7 @@ from transformer_mt.align.extract import (
     merge_directions,
     record_folder,
     save_tuned,
+    spelled_alike,
     teacher_rows,
     tune,
 )
@@ -144,9 +145,48 @@ def test_saved_record_names_what_it_was_tuned_on(tmp_path):
     record = json.loads(path.read_text())
     assert record["tuned_on"] == "xlwa dev.tsv"
     assert (record["method"], record["tau"], record["diagonal"]) == ("grow-diag", 0.2, 4.0)
-    del record["diagonal"]  # a record from before the prior: read as none
+    assert record["alike"] is False
+    del record["diagonal"], record["alike"]  # a record from before the prior: read as none
     path.write_text(json.dumps(record))
     assert Extraction.for_run(None, None, tmp_path) == Extraction("grow-diag", 0.2)
+    save_tuned(tmp_path, Extraction("grow-diag", 0.1, 8, alike=True), "dev", [])
+    assert Extraction.for_run(None, None, tmp_path) == Extraction("grow-diag", 0.1, 8, alike=True)
+    # words alike go with every method and width a command line gives
+    assert Extraction.for_run("argmax", None, tmp_path).alike
+    assert Extraction.for_run(None, None, tmp_path, diagonal=0).name == "grow-diag 0.1, alike"
+
+
+SPANISH = "Juan vive en Madrid, desde 2003 y a Juan".split()
+ENGLISH = "Juan has lived in madrid since 2003 and to Juan .".split()
+
+
+def test_words_spelled_alike_by_hand():
+    # lowercased, outer punctuation stripped ("Madrid," = "madrid"); "a" is too short to say
+    # anything, "2003" is a number; a word twice on a side is linked to each of the other's
+    expected = {(0, 0), (0, 9), (8, 0), (8, 9), (3, 4), (5, 6)}
+    assert spelled_alike(SPANISH, ENGLISH) == expected
+    assert spelled_alike(["."], ["."]) == set() and spelled_alike(["7"], ["7"]) == {(0, 0)}
+
+
+def test_a_word_spelled_alike_wins_its_row_and_the_rest_stay():
+    # target "Madrid" (row 1) attends more to "vive" (source 1) than to "Madrid" (source 2);
+    # target "lives" (row 0) has no word spelled alike and keeps its argmax
+    weights = torch.tensor([[0.2, 0.7, 0.1], [0.1, 0.5, 0.4]])
+    pair = (["Juan", "vive", "Madrid"], ["lives", "Madrid"])
+    plain = Extraction("argmax")
+    alike = Extraction("argmax", alike=True)
+    assert plain.links(weights, pair) == {(1, 0), (1, 1)}
+    assert alike.links(weights, pair) == {(1, 0), (2, 1)}
+    assert alike.name == "argmax, alike"
+    with pytest.raises(ValueError, match="argmax, alike: the pair's words are needed"):
+        alike.links(weights)
+    # tuned with the dev pairs' words, tune records that they were read so
+    gold = [({(1, 0), (2, 1)}, {(1, 0), (2, 1)})]
+    best, table = tune([weights], gold, grid=(0.0,), diagonal=0.0, words=[pair])
+    assert best == Extraction("grow-diag", 0.0, alike=True)
+    # grow-diag: (0, 0) grows in either way; without the pair's words (1, 1) and (2, 1) too
+    assert table[0][2] == pytest.approx(1 - 4 / 5)
+    assert tune([weights], gold, grid=(0.0,), diagonal=0.0)[1][0][2] == pytest.approx(1 - 4 / 6)
 
 
 def test_the_diagonal_prior_by_hand():

@@ -607,16 +607,19 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
     scores = {(t, w): aer for t, w, aer, _, _ in record["table"]}  # every tau by every width
     assert width == 8 and len(scores) == 9  # every tau at the prior's one width
     assert scores[tau, width] == min(scores.values())  # the dev's best
-    name = Extraction("grow-diag", tau, width).name
+    assert record["alike"] is True  # words spelled alike linked, as every command reads them
+    name = Extraction("grow-diag", tau, width, alike=True).name
     # with a tuned tau recorded, the head is read by grow-diag at it, no flag to remember
     used = _script("align.py", run, *files, "--head", "1:1", "--output", tmp_path / "t")
     assert used.returncode == 0, used.stderr
     assert f"links of 1:1 by {name} (tuned on xlwa:" in used.stdout
     assert f"1:1 by {name}" in used.stdout and "1:1 by argmax" in used.stdout
     plain = _script("align.py", run, *files, "--head", "1:1", "--method", "argmax")
-    assert f"links of 1:1 by {Extraction('argmax', None, width).name}" in plain.stdout
+    assert f"links of 1:1 by {Extraction('argmax', None, width, alike=True).name}" in plain.stdout
     unweighed = _script("align.py", run, *files, "--head", "1:1", "--diagonal", "0")
-    assert f"links of 1:1 by grow-diag {tau:g} (tuned on" in unweighed.stdout, unweighed.stderr
+    assert f"links of 1:1 by grow-diag {tau:g}, alike (tuned on" in unweighed.stdout, (
+        unweighed.stderr
+    )
     # a copy of the run that claims to translate the other way stands in for an EN->ES run
     reverse = tmp_path / "reverse"
     shutil.copytree(out, reverse, ignore=shutil.ignore_patterns("align"))
@@ -630,7 +633,7 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
     assert tuned.returncode == 0, tuned.stderr
     record = json.loads((run / "align" / "extraction_product.json").read_text())
     assert "merged with" in record["tuned_on"] and record["method"] == "grow-diag"
-    pair = Extraction("grow-diag", record["tau"], record["diagonal"])
+    pair = Extraction("grow-diag", record["tau"], record["diagonal"], alike=record["alike"])
     # the reverse run's own links are read with its own tuned tau, not this run's
     (reverse / "align").mkdir(exist_ok=True)
     mine = {"method": "grow-diag", "tau": 0.3, "tuned_on": "a dev set"}
@@ -641,7 +644,7 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
     assert f"by {pair.name} tuned on xlwa:" in both.stdout
     assert f"merged, {pair.name}" in both.stdout  # scored beside each direction
     # by hand: both heads' word matrices (the reverse run reads the pairs turned round),
-    # geometric mean, grow-diag at the tuned tau and prior
+    # geometric mean, grow-diag at the tuned tau and prior, words spelled alike linked
     from transformer_mt.align.extract import merge_directions
     from transformer_mt.align.reading import HeadReading
     from transformer_mt.analysis import corpus_attention
@@ -652,7 +655,8 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
     reading = HeadReading(1, 1, "causal")
     ours = [reading.matrix(w) for w in corpus_attention(model, tokenizer, es, en)]
     theirs = [reading.matrix(w) for w in corpus_attention(model, tokenizer, en, es)]
-    expected = [pair.links(merge_directions(f, b.T)) for f, b in zip(ours, theirs)]
+    words = [(s.split(), t.split()) for s, t in zip(es, en)]
+    expected = [pair.links(merge_directions(f, b.T), w) for f, b, w in zip(ours, theirs, words)]
     assert links(tmp_path / "mboth") == expected
     # the hard-link combinations and the threshold reading that lost are refused by name
     refused = _script("align.py", run, *files, *merge, "--symmetrize", "intersect")

@@ -219,6 +219,11 @@ class GoldSet:
     def __len__(self) -> int:
         return len(self.sources)
 
+    @property
+    def words(self) -> list[tuple[list[str], list[str]]]:
+        """Per pair, its (source, target) words, as links count them."""
+        return [(s.split(), t.split()) for s, t in zip(self.sources, self.targets, strict=True)]
+
     def reversed(self) -> GoldSet:
         """The same pairs for a model translating the other way: sides and links swapped."""
         gold = None if self.gold is None else swap(self.gold)

@@ -22,7 +22,7 @@ of its checkpoints (``record_folder``).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -122,9 +122,12 @@ class HeadReading:
         """(W_tgt, W_src): ``weights`` without the EOS column, what links are read from."""
         return self.weights(words)[:, :-1]
 
-    def links(self, words: Tensor) -> Links:
-        """(source i, target j) links of one pair's captured words, read by ``extraction``."""
-        return self.extraction.links(self.matrix(words))
+    def links(
+        self, words: Tensor, pair: tuple[Sequence[str], Sequence[str]] | None = None
+    ) -> Links:
+        """(source i, target j) links of one pair's captured words, read by ``extraction``;
+        ``pair``: its (source, target) words, which a reading of words spelled alike needs."""
+        return self.extraction.links(self.matrix(words), pair)
 
     @property
     def name(self) -> str:

@@ -31,7 +31,7 @@ def translation_links(
     The EOS row and column are left out, so every link joins two real words.
     """
     pair = pair_attention(model, tokenizer, src_ids, tgt_ids, full_context=reading.full_context)
-    return reading.links(pair.words("cross"))
+    return reading.links(pair.words("cross"), (pair.src_words[:-1], pair.tgt_words[:-1]))
 
 
 @torch.no_grad()
@@ -184,7 +184,7 @@ def gold_aer(
             attention = corpus_attention(
                 model, tokenizer, gold.sources, gold.targets, full_context=True
             )
-        links = [reading.links(words) for words in attention]
+        links = [reading.links(w, pair) for w, pair in zip(attention, gold.words, strict=True)]
         out["head"] = corpus_scores(links, gold.gold)[0]
     lengths = [len(s.split()) for s in gold.sources]
     out["by_length"] = {

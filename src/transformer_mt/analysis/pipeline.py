@@ -84,7 +84,8 @@ class CorpusAttention:
         return [reading.matrix(w) for w in self.words(reading.mode)]
 
     def links(self, reading: HeadReading) -> list[Links]:
-        return [reading.links(w) for w in self.words(reading.mode)]
+        captured = self.words(reading.mode)
+        return [reading.links(w, pair) for w, pair in zip(captured, self.pairs.words, strict=True)]
 
 
 class Aligner:
@@ -175,8 +176,9 @@ def teacher_matrices(links: list[Links], pairs: GoldSet) -> list[Tensor]:
     ]
 
 
-def read(matrices: list[Tensor], extraction: Extraction) -> list[Links]:
-    return [extraction.links(m) for m in matrices]
+def read(matrices: list[Tensor], extraction: Extraction, pairs: GoldSet) -> list[Links]:
+    """``extraction``'s links of the pairs' (W_tgt, W_src) ``matrices``."""
+    return [extraction.links(m, w) for m, w in zip(matrices, pairs.words, strict=True)]
 
 
 def dev_set(text: str, direction: tuple[str, str]) -> GoldSet:
@@ -207,7 +209,7 @@ def tune_run(
         reverse, theirs = pair
         matrices = merged(matrices, reverse_matrices(reverse, dev, theirs))
         what = f"{reading.name}, merged with {reverse.run_dir}'s {theirs.name}"
-    chosen, table = tune(matrices, dev.gold)
+    chosen, table = tune(matrices, dev.gold, words=dev.words)
     record = RECORD if pair is None else MERGED_RECORD
     save_tuned(run.records, chosen, f"{dev.name} ({what})", table, record)
     return replace(chosen, source=f"tuned on {dev.name}"), table, what
@@ -224,8 +226,9 @@ def merge_pair(
     reverse head's own links, turned into the forward direction."""
     reverse, theirs = pair
     backward = reverse_matrices(reverse, forward.pairs, theirs)
-    links = read(merged(forward.matrices(reading), backward), how)
-    own = [turned_round(theirs.extraction.links(b.T)) for b in backward]
+    links = read(merged(forward.matrices(reading), backward), how, forward.pairs)
+    turned_pairs = forward.pairs.reversed().words
+    own = [turned_round(theirs.extraction.links(b.T, w)) for b, w in zip(backward, turned_pairs)]
     return links, own
 
 
