@@ -10,9 +10,9 @@ rows' entropy and uncovered source words; with gold, every head's AER, drawn to
 ``RUN/align/aer_heads.png``, the best recorded in ``RUN/align/best_head.json``. ``--output``
 writes Pharaoh links (0-based ``source-target``) of ``--head`` (default: the guided head, else
 the best recorded, else the last layer's mean) read by ``--method`` (default: grow-diag at the
-tau ``--tune-on`` recorded, with the diagonal prior, else argmax). ``--reverse-run``: a model
-trained the other way; the two heads' matrices merged by their geometric mean, read by
-grow-diag at the pair's tuned tau, with the prior. Without ``--src``, a demo run aligns its own test pairs against the generator's gold.
+tau ``--tune-on`` recorded, with the diagonal prior and words spelled alike linked, else
+argmax). ``--reverse-run``: a model trained the other way; the two heads' matrices merged by
+their geometric mean, read by grow-diag at the pair's tuned tau, the same way. Without ``--src``, a demo run aligns its own test pairs against the generator's gold.
 """
 
 from __future__ import annotations
@@ -99,9 +99,9 @@ def main() -> None:
         dev, dropped = dev_set(args.tune_on, run.direction).foldable(run.tokenizer)
         chosen, table, what = tune_run(run, dev, run.reading(args.head, args.mode), pair)
         print(f"tuning on {args.tune_on} ({len(dev)} pairs, {dropped} left out), {what}:")
-        for width in sorted({w for _, w, *_ in table}):
-            scores = "  ".join(f"{t:g}: {a:.3f}" for t, w, a, _, _ in table if w == width)
-            print(f"  grow-diag AER by tau, diagonal {width:g}: {scores}")
+        scores = "  ".join(f"{t:g}: {a:.3f}" for t, _, a, _, _ in table)
+        read_as = f"diagonal {chosen.diagonal:g}" + ", alike" * chosen.alike
+        print(f"  grow-diag AER by tau ({read_as}): {scores}")
         print(f"  chosen {chosen.name}, recorded in {run.records}")
         if args.src is None:
             return  # tuning alone
