@@ -70,6 +70,13 @@ def parse_args() -> argparse.Namespace:
         "links far from the diagonal need more weight",
     )
     parser.add_argument(
+        "--no-alike",
+        dest="alike",
+        action="store_const",
+        const=False,
+        help="no link for words spelled alike: the attention alone (default: as tuned)",
+    )
+    parser.add_argument(
         "--tune-on", metavar="FORMAT:PATH", help="a dev set, xlwa:FILE or graca:DIR"
     )
     parser.add_argument("--reverse-run", type=Path, help="a run trained the other way, merged in")
@@ -124,7 +131,7 @@ def main() -> None:
         figure = plot_aer_grid([[s.aer for s in row] for row in grid], title)
         figure.savefig(run.records / "aer_heads.png", dpi=120)
         print(f"best head: {best.reading.name}, AER {best.aer:.3f}, recorded in {run.records}")
-    reading = run.reading(args.head, args.mode, args.method, args.tau, args.diagonal)
+    reading = run.reading(args.head, args.mode, args.method, args.tau, args.diagonal, args.alike)
     links = attention.links(reading)
     print(
         f"\nlinks of {reading.label}"
@@ -137,7 +144,12 @@ def main() -> None:
     )
     if pair is not None:
         how = Extraction.for_run(
-            args.method or "grow-diag", args.tau, run.records, MERGED_RECORD, args.diagonal
+            args.method or "grow-diag",
+            args.tau,
+            run.records,
+            MERGED_RECORD,
+            args.diagonal,
+            args.alike,
         )
         if not how.source.startswith("tuned"):
             print(f"note: no tau tuned for the pair: {how.name} (tune it with --tune-on)")

@@ -128,6 +128,13 @@ def main() -> None:
         help="the diagonal prior's width in words (0: none; default: the run's tuned one): "
         "links far from the diagonal need more weight",
     )
+    parser.add_argument(
+        "--no-alike",
+        dest="alike",
+        action="store_const",
+        const=False,
+        help="no link for words spelled alike: the attention alone (default: as tuned)",
+    )
     refuse_removed(sys.argv[1:], flags=True)
     args = parser.parse_args()
     if args.n_best > args.beam:
@@ -149,7 +156,15 @@ def main() -> None:
     model, tokenizer, _ = load_model(args.run, average_last=args.average_last)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     reading = parse_head(
-        args.head, n_layers, n_heads, args.run, args.mode, args.method, args.tau, args.diagonal
+        args.head,
+        n_layers,
+        n_heads,
+        args.run,
+        args.mode,
+        args.method,
+        args.tau,
+        args.diagonal,
+        args.alike,
     )
     model = quantize_for_decoding(model, args.quantize)
     try:

@@ -154,6 +154,9 @@ def test_saved_record_names_what_it_was_tuned_on(tmp_path):
     # words alike go with every method and width a command line gives
     assert Extraction.for_run("argmax", None, tmp_path).alike
     assert Extraction.for_run(None, None, tmp_path, diagonal=0).name == "grow-diag 0.1, alike"
+    # --no-alike: the attention alone, at the tuned tau and width
+    assert Extraction.for_run(None, None, tmp_path, alike=False) == Extraction("grow-diag", 0.1, 8)
+    assert not Extraction.for_run("argmax", None, tmp_path, alike=False).alike
 
 
 SPANISH = "Juan vive en Madrid, desde 2003 y a Juan".split()

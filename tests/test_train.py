@@ -616,6 +616,8 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
     assert f"1:1 by {name}" in used.stdout and "1:1 by argmax" in used.stdout
     plain = _script("align.py", run, *files, "--head", "1:1", "--method", "argmax")
     assert f"links of 1:1 by {Extraction('argmax', None, width, alike=True).name}" in plain.stdout
+    alone = _script("align.py", run, *files, "--head", "1:1", "--no-alike")
+    assert f"links of 1:1 by grow-diag {tau:g}, diagonal 8 (tuned on" in alone.stdout, alone.stderr
     unweighed = _script("align.py", run, *files, "--head", "1:1", "--diagonal", "0")
     assert f"links of 1:1 by grow-diag {tau:g}, alike (tuned on" in unweighed.stdout, (
         unweighed.stderr

@@ -218,8 +218,10 @@ class Extraction:
         folder: Path | None = None,
         record: str = RECORD,
         diagonal: float | None = None,
+        alike: bool | None = None,
     ) -> Extraction:
-        """A command line's ``--method`` / ``--tau`` / ``--diagonal`` for a run: what is given
+        """A command line's ``--method`` / ``--tau`` / ``--diagonal`` / ``--no-alike`` for a
+        run: what is given
         wins, then what ``scripts/align.py --tune-on`` recorded in ``folder``
         (``record_folder``; ``record``: ``MERGED_RECORD`` for merged directions), then
         ``DEFAULT_TAU`` and no prior. With no method, grow-diag if a tau is recorded (the
@@ -227,13 +229,14 @@ class Extraction:
         alike are linked, go with every method."""
         recorded = read_tuned(folder / record) if folder is not None else None
         width = diagonal if diagonal is not None else (recorded.diagonal if recorded else 0.0)
-        alike = recorded.alike if recorded else False
+        if alike is None:
+            alike = recorded.alike if recorded else False
         if method == "argmax" or tau is not None:
             given = tau is not None or diagonal is not None
             return cls(method or "grow-diag", tau, width, "given" if given else "", alike)
         if recorded is not None:
-            return replace(recorded, diagonal=width) if diagonal is not None else recorded
-        return cls(method or "argmax", None, width, "default" if method else "")
+            return replace(recorded, diagonal=width, alike=alike)
+        return cls(method or "argmax", None, width, "default" if method else "", alike)
 
 
 def read_tuned(path: Path) -> Extraction | None:

@@ -221,14 +221,15 @@ def parse_head(
     method: str | None = None,
     tau: float | None = None,
     diagonal: float | None = None,
+    alike: bool | None = None,
 ) -> HeadReading:
-    """``--head`` (with ``--mode``, ``--method``, ``--tau`` and ``--diagonal``) of every
-    command line -> a ``HeadReading``.
+    """``--head`` (with ``--mode``, ``--method``, ``--tau``, ``--diagonal`` and
+    ``--no-alike``) of every command line -> a ``HeadReading``.
 
     ``L:H`` is a head, ``L`` a layer's heads averaged (1-based; negative from the end), read
     in ``mode`` (default causal); ``best`` is the reading ``scripts/align.py`` recorded for the
     run, ``guided`` the head the run trained with ``align.guided``, read as trained; None is
-    ``default_reading``. ``method`` / ``tau`` / ``diagonal`` override how links are read;
+    ``default_reading``. ``method`` / ``tau`` / ``diagonal`` / ``alike`` override how links are read;
     otherwise a head brings its own (the recorded best's, else the run's tuned tau, else argmax).
     """
     if text in (None, "best", "guided"):
@@ -244,10 +245,10 @@ def parse_head(
         reading = numbered_reading(text, n_layers, n_heads, mode or "causal")
         if run_dir is not None:
             reading = reading.read_by(Extraction.for_run(folder=record_folder(run_dir)))
-    if method is None and tau is None and diagonal is None:
+    if method is None and tau is None and diagonal is None and alike is None:
         return reading
     folder = record_folder(run_dir) if run_dir is not None else None
-    return reading.read_by(Extraction.for_run(method, tau, folder, diagonal=diagonal))
+    return reading.read_by(Extraction.for_run(method, tau, folder, diagonal=diagonal, alike=alike))
 
 
 def named_reading(text: str | None, n_layers: int, n_heads: int, run_dir: Path) -> HeadReading:

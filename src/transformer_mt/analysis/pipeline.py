@@ -115,11 +115,13 @@ class Aligner:
         method: str | None = None,
         tau: float | None = None,
         diagonal: float | None = None,
+        alike: bool | None = None,
     ) -> HeadReading:
-        """``--head`` / ``--mode`` / ``--method`` / ``--tau`` / ``--diagonal`` resolved here."""
+        """``--head`` / ``--mode`` / ``--method`` / ``--tau`` / ``--diagonal`` /
+        ``--no-alike`` resolved here."""
         cfg = self.model.cfg
         return parse_head(
-            head, cfg.n_layers, cfg.n_heads, self.run_dir, mode, method, tau, diagonal
+            head, cfg.n_layers, cfg.n_heads, self.run_dir, mode, method, tau, diagonal, alike
         )
 
     def capture(self, pairs: GoldSet, progress: bool = True) -> CorpusAttention:
