@@ -39,7 +39,7 @@ from transformer_mt.analysis.pipeline import (
     scan_layers,
     tune_run,
 )
-from transformer_mt.cli import ArgumentParser, report_user_errors
+from transformer_mt.cli import ArgumentParser, add_reading_overrides, report_user_errors
 from transformer_mt.errors import UserError
 from transformer_mt.run_config import refuse_removed
 from transformer_mt.viz.alignment import plot_aer_grid
@@ -63,19 +63,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--mode", choices=MODES, help="the rows of L:H or L (default causal)")
     parser.add_argument("--method", choices=EXTRACTIONS, help="how weights become links")
     parser.add_argument("--tau", type=float, help="grow-diag's tau (default: the run's tuned one)")
-    parser.add_argument(
-        "--diagonal",
-        type=float,
-        help="the diagonal prior's width in words (0: none; default: the run's tuned one): "
-        "links far from the diagonal need more weight",
-    )
-    parser.add_argument(
-        "--no-alike",
-        dest="alike",
-        action="store_const",
-        const=False,
-        help="no link for words spelled alike: the attention alone (default: as tuned)",
-    )
+    add_reading_overrides(parser)
     parser.add_argument(
         "--tune-on", metavar="FORMAT:PATH", help="a dev set, xlwa:FILE or graca:DIR"
     )

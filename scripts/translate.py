@@ -23,7 +23,7 @@ from transformer_mt.align.links import format_pharaoh
 from transformer_mt.align.reading import MODES, parse_head
 from transformer_mt.analysis.alignment import translation_links
 from transformer_mt.checkpoint import load_model
-from transformer_mt.cli import ArgumentParser, report_user_errors
+from transformer_mt.cli import ArgumentParser, add_reading_overrides, report_user_errors
 from transformer_mt.decoding import DecodeConfig, quantize_for_decoding, translate
 from transformer_mt.deploy.ct2 import CT2Translator, attention_links
 from transformer_mt.distributed import refuse_several_processes
@@ -122,19 +122,7 @@ def main() -> None:
         "scripts/align.py --tune-on recorded a tau for the run, else argmax)",
     )
     parser.add_argument("--tau", type=float, help="grow-diag's tau")
-    parser.add_argument(
-        "--diagonal",
-        type=float,
-        help="the diagonal prior's width in words (0: none; default: the run's tuned one): "
-        "links far from the diagonal need more weight",
-    )
-    parser.add_argument(
-        "--no-alike",
-        dest="alike",
-        action="store_const",
-        const=False,
-        help="no link for words spelled alike: the attention alone (default: as tuned)",
-    )
+    add_reading_overrides(parser)
     refuse_removed(sys.argv[1:], flags=True)
     args = parser.parse_args()
     if args.n_best > args.beam:

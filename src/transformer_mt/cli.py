@@ -26,6 +26,24 @@ class ArgumentParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def add_reading_overrides(parser: argparse.ArgumentParser) -> None:
+    """``--diagonal`` and ``--no-alike``: what a command line changes of a run's tuned reading
+    beyond its tau (``Extraction.for_run`` takes them)."""
+    parser.add_argument(
+        "--diagonal",
+        type=float,
+        help="the diagonal prior's width in words (0: none; default: the run's tuned one): "
+        "links far from the diagonal need more weight",
+    )
+    parser.add_argument(
+        "--no-alike",
+        dest="alike",
+        action="store_const",
+        const=False,
+        help="no link for words spelled alike: the attention alone (default: as tuned)",
+    )
+
+
 def report_user_errors(main: F) -> F:
     """Run ``main``; a ``UserError`` (or a FileNotFoundError) becomes ``error: <message>`` and exit 2.
 
