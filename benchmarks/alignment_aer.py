@@ -12,12 +12,13 @@ what is a benchmark's. Per gold set: eflomal both ways and their grow-diag-final
 first run's training pairs too (``--eflomal-tokenize moses``: a stronger baseline); per run its
 best head (any mode), best layer mean and guided head; every forward run merged with every
 reverse run (geometric mean, grow-diag: the recipe); with ``--tune-on`` each head by grow-diag
-and the merged pairs at a tau chosen on that development set, without and with the diagonal
-prior it also chooses, and the ceiling (eflomal's links as rows, read back the same way).
-``--by-length``: AER by source length, and the merged pairs minus eflomal; ``--join-short K``:
-each set's short pairs alone and joined K at a time (K 6-10: 60-100 words). Then each head against eflomal as the gold, each guided head against its own
-training links, and with ``--agreement-on newstest2013`` every head and merged pair against
-eflomal on that long news text (no gold), by source length.
+and the merged pairs at a tau chosen on that development set, read by the attention alone and
+as every command reads it (the diagonal prior, words spelled alike linked), and the ceiling
+(eflomal's links as rows, read back the same way). ``--by-length``: AER by source length, and
+the merged pairs minus eflomal; ``--join-short K``: each set's short pairs alone and joined K
+at a time (K 6-10: 60-100 words). Then each head against eflomal as the gold, each guided head
+against its own training links, and with ``--agreement-on newstest2013`` every head and merged
+pair against eflomal on that long news text (no gold), by source length.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ writes Pharaoh links (0-based ``source-target``) of ``--head`` (default: the gui
 the best recorded, else the last layer's mean) read by ``--method`` (default: grow-diag at the
 tau ``--tune-on`` recorded, with the diagonal prior and words spelled alike linked, else
 argmax). ``--reverse-run``: a model trained the other way; the two heads' matrices merged by
-their geometric mean, read by grow-diag at the pair's tuned tau, the same way. Without ``--src``, a demo run aligns its own test pairs against the generator's gold.
+their geometric mean, read by grow-diag at the pair's tuned tau, the same way. Without
+``--src``, a demo run aligns its own test pairs against the generator's gold.
 """
 
 from __future__ import annotations

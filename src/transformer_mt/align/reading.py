@@ -229,8 +229,9 @@ def parse_head(
     ``L:H`` is a head, ``L`` a layer's heads averaged (1-based; negative from the end), read
     in ``mode`` (default causal); ``best`` is the reading ``scripts/align.py`` recorded for the
     run, ``guided`` the head the run trained with ``align.guided``, read as trained; None is
-    ``default_reading``. ``method`` / ``tau`` / ``diagonal`` / ``alike`` override how links are read;
-    otherwise a head brings its own (the recorded best's, else the run's tuned tau, else argmax).
+    ``default_reading``. ``method`` / ``tau`` / ``diagonal`` / ``alike`` override how links are
+    read; otherwise a head brings its own (the recorded best's, else the run's tuned tau, else
+    argmax).
     """
     if text in (None, "best", "guided"):
         if mode is not None:

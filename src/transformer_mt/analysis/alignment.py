@@ -31,7 +31,7 @@ def translation_links(
     The EOS row and column are left out, so every link joins two real words.
     """
     pair = pair_attention(model, tokenizer, src_ids, tgt_ids, full_context=reading.full_context)
-    return reading.links(pair.words("cross"), (pair.src_words[:-1], pair.tgt_words[:-1]))
+    return reading.links(pair.words("cross"), pair.linked_words)
 
 
 @torch.no_grad()

@@ -112,6 +112,11 @@ class PairAttention:
         return words_of(self.tgt_pieces, word_groups(self.tgt_pieces))
 
     @property
+    def linked_words(self) -> tuple[list[str], list[str]]:
+        """(source, target) words without EOS: what links join (``Extraction.links``)."""
+        return self.src_words[:-1], self.tgt_words[:-1]
+
+    @property
     def input_pieces(self) -> list[str]:
         """The decoder's input pieces: BOS, then the target shifted right (the self-attention keys)."""
         return ["<s>", *self.tgt_pieces[:-1]]

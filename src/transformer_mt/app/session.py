@@ -223,10 +223,10 @@ class Explorer:
         cross = _pick(words, layer, head)[1:] if shift else _pick(words, layer, head)
         tgt_words = tgt_words[:-1] if shift else tgt_words
         inner = reading.matrix(words)
-        pair_words = (pair.src_words[:-1], pair.tgt_words[:-1])  # EOS left out
-        links = {(i, j): float(inner[j, i]) for i, j in reading.links(words, pair_words)}
+        linked = pair.linked_words  # EOS left out
+        links = {(i, j): float(inner[j, i]) for i, j in reading.links(words, linked)}
         title = f"hard alignment, {EXTRACTION_TITLES[method]}, {reading.extraction.name} ({which})"
-        lines = alignment_lines(links, src_words[:-1], pair.tgt_words[:-1], title)
+        lines = alignment_lines(links, *linked, title)
         stats = entropy_and_coverage(cross, src_words, tgt_words, f"cross-attention, {which}")
         return heatmap, lines, stats
 
