@@ -211,6 +211,17 @@ def test_the_diagonal_prior_by_hand():
         Extraction("argmax", None, -1)
 
 
+def test_the_prior_narrows_past_30_source_words_in_proportion():
+    torch.manual_seed(0)
+    for n_src, width in ((30, 8.0), (60, 4.0), (90, 8.0 / 3)):  # the width 8 is read at
+        weights = torch.rand(n_src // 2, n_src)
+        expected = (torch.arange(n_src // 2) + 0.5) * 2.0  # (W_tgt,) two source words a row
+        prior = torch.exp(-(expected[:, None] - torch.arange(n_src) - 0.5).abs() / width)
+        weighed = weights * prior
+        weighed = weighed * weights.sum(-1, keepdim=True) / weighed.sum(-1, keepdim=True)
+        assert torch.allclose(diagonal_prior(weights, 8.0), weighed, atol=1e-6)
+
+
 def test_a_joined_long_pair_keeps_its_links_inside_its_parts_under_the_prior():
     """Two copies of a 6-word pair end to end, the head torn between the two copies of each
     word (as a head trained on short pairs is on a long input, 0.55 against 0.45 for the
