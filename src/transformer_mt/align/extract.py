@@ -227,8 +227,7 @@ class Extraction:
         alike: bool | None = None,
     ) -> Extraction:
         """A command line's ``--method`` / ``--tau`` / ``--diagonal`` / ``--no-alike`` for a
-        run: what is given
-        wins, then what ``scripts/align.py --tune-on`` recorded in ``folder``
+        run: what is given wins, then what ``scripts/align.py --tune-on`` recorded in ``folder``
         (``record_folder``; ``record``: ``MERGED_RECORD`` for merged directions), then
         ``DEFAULT_TAU`` and no prior. With no method, grow-diag if a tau is recorded (the
         development sets' choice), else argmax. The recorded width, and whether words spelled
