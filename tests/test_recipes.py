@@ -9,6 +9,7 @@ gives it (or, for the local-file recipes, a sample of their files).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -132,11 +133,13 @@ def _ddp_script(name: str, *args: str, env: dict, reset) -> subprocess.Completed
     Both ranks run in a session of their own, so that a launch that hangs is killed whole (the
     test's timeout would kill rank 0 alone and leave rank 1 waiting). A hung launch is run once
     more from the same start (``reset`` puts the run directory back), with a warning that quotes
-    its output. CI once saw a launch alive and silent for 500 s (the straight run below, on
-    2026-12-06), which 9 launches here did not reproduce. A deadlock in the code would hang
-    the second time too, and fail.
+    its output and each rank's Python stacks at the moment it was killed. CI saw a launch alive
+    and silent twice (the straight run below, then the resumed one, on 2026-12-06), which 9
+    launches here did not reproduce. A deadlock in the code would hang the second time too,
+    and fail.
     """
     command = [sys.executable, str(ROOT / "scripts" / name), *args]
+    env = {**env, "PYTHONFAULTHANDLER": "1"}  # SIGABRT prints every thread's Python stack
     for attempt in (1, 2):
         reset()
         proc = subprocess.Popen(
@@ -152,12 +155,26 @@ def _ddp_script(name: str, *args: str, env: dict, reset) -> subprocess.Completed
             out, err = proc.communicate(timeout=DDP_LAUNCH_SECONDS)
             return subprocess.CompletedProcess(command, proc.returncode, out, err)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # rank 0 and the rank it started
-            out, err = proc.communicate()
+            out, err = _stacks_then_kill(proc)
         said = f"{name} {' '.join(args[-2:])} hung for {DDP_LAUNCH_SECONDS} s (attempt {attempt})"
         if attempt == 1:
-            warnings.warn(f"{said}: killed, run again; stderr ended:\n{err[-1500:]}", stacklevel=2)
-    pytest.fail(f"{said}; stdout ended:\n{out[-2000:]}\nstderr ended:\n{err[-3000:]}")
+            warnings.warn(f"{said}: killed, run again; stderr ended:\n{err[-8000:]}", stacklevel=2)
+    pytest.fail(f"{said}; stdout ended:\n{out[-2000:]}\nstderr ended:\n{err[-8000:]}")
+
+
+def _stacks_then_kill(proc: subprocess.Popen) -> tuple[str, str]:
+    """A hung launch's output, with each rank's Python stacks at the end of stderr: SIGABRT to
+    the whole session (faulthandler, enabled by ``PYTHONFAULTHANDLER``, prints them; the
+    launcher's rank shares rank 0's pipes), then SIGKILL to whatever is left."""
+    os.killpg(proc.pid, signal.SIGABRT)
+    try:
+        return proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # rank 0 and the rank it started
+    return proc.communicate()
 
 
 def _fresh(*folders: Path):
