@@ -11,6 +11,7 @@ from transformer_mt.align.extract import (
     EXTRACTIONS,
     TUNING_GRID,
     Extraction,
+    anchored_path,
     diagonal_prior,
     hard_alignment,
     merge_directions,
@@ -213,13 +214,52 @@ def test_the_diagonal_prior_by_hand():
 
 def test_the_prior_narrows_past_30_source_words_in_proportion():
     torch.manual_seed(0)
-    for n_src, width in ((30, 8.0), (60, 4.0), (90, 8.0 / 3)):  # the width 8 is read at
-        weights = torch.rand(n_src // 2, n_src)
-        expected = (torch.arange(n_src // 2) + 0.5) * 2.0  # (W_tgt,) two source words a row
-        prior = torch.exp(-(expected[:, None] - torch.arange(n_src) - 0.5).abs() / width)
+    for n, width in ((30, 8.0), (60, 4.0), (90, 8.0 / 3)):  # the width 8 is read at
+        # a square matrix whose every diagonal cell wins its row and column: its anchors lie on
+        # the straight diagonal, so only the width tells a long source from a short one
+        weights = torch.rand(n, n) * 0.5 + torch.eye(n)
+        expected = torch.arange(n) + 0.5  # (W_tgt,) one source word a row
+        prior = torch.exp(-(expected[:, None] - torch.arange(n) - 0.5).abs() / width)
         weighed = weights * prior
         weighed = weighed * weights.sum(-1, keepdim=True) / weighed.sum(-1, keepdim=True)
         assert torch.allclose(diagonal_prior(weights, 8.0), weighed, atol=1e-6)
+
+
+def test_the_anchored_path_by_hand():
+    """Cells that win their row and their column are anchors; one that breaks the rise of
+    the longest chain is left out; the path runs straight between them, corner to corner."""
+    weights = torch.full((10, 40), 0.01)  # a flat row's largest is source 0: (0, 0) anchors
+    for j, i in ((2, 20), (3, 22), (6, 30), (4, 10)):  # (4, 10) goes back: not in the chain
+        weights[j, i] = 0.9
+    # knots (0, 0), then (j + 0.5, i + 0.5) for (0, 0), (2, 20), (3, 22), (6, 30), then (10, 40)
+    expected = [0.5, 10.5, 20.5, 22.5, 22.5 + 8 / 3, 22.5 + 16 / 3, 30.5]
+    expected += [30.5 + 9.5 * k / 3.5 for k in (1, 2, 3)]  # rows 7-9, towards the corner
+    assert torch.allclose(anchored_path(weights), torch.tensor(expected))
+
+
+def test_past_30_source_words_the_prior_follows_the_anchors():
+    """A 40-word source whose first 10 words have no counterpart (target j is source j + 10):
+    the straight diagonal, row j at (j + 0.5)·4/3, runs through the wrong words. Three rows
+    torn between their word (0.5) and a word near the straight diagonal (0.55) follow their
+    word under the prior, which centres on the path through the other rows' links."""
+    weights = torch.full((30, 40), 0.01)
+    truth = {(j + 10, j) for j in range(30)}
+    torn = {2: 3, 4: 6, 6: 8}  # row: the source word near the straight diagonal
+    for j in range(30):
+        weights[j, j + 10] = 0.5 if j in torn else 0.9
+    for j, i in torn.items():
+        weights[j, i] = 0.55
+    wrong = {(i, j) for j, i in torn.items()}
+    right = {(j + 10, j) for j in torn}
+    assert hard_alignment(weights, "argmax") == truth - right | wrong
+    # the torn rows' own cells win their rows and columns, but go back: the chain leaves them
+    assert torch.allclose(anchored_path(weights), torch.arange(30) + 10.5)
+    assert hard_alignment(weights, "argmax", diagonal=8.0) == truth
+    # centred on the straight diagonal instead (as sources up to 30 words are), at the width
+    # 8·30/40 the prior reads at, the torn rows go wrong
+    straight = (torch.arange(30) + 0.5) * 4 / 3
+    prior = torch.exp(-(straight[:, None] - torch.arange(40) - 0.5).abs() / 6.0)
+    assert hard_alignment(weights * prior, "argmax") == truth - right | wrong
 
 
 def test_a_joined_long_pair_keeps_its_links_inside_its_parts_under_the_prior():
