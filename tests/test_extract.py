@@ -252,7 +252,7 @@ def test_past_30_source_words_the_prior_follows_the_anchors():
     wrong = {(i, j) for j, i in torn.items()}
     right = {(j + 10, j) for j in torn}
     assert hard_alignment(weights, "argmax") == truth - right | wrong
-    # the torn rows' own cells win their rows and columns, but go back: the chain leaves them
+    # the near words win their rows and columns too, but go back: the chain leaves them out
     assert torch.allclose(anchored_path(weights), torch.arange(30) + 10.5)
     assert hard_alignment(weights, "argmax", diagonal=8.0) == truth
     # centred on the straight diagonal instead (as sources up to 30 words are), at the width
