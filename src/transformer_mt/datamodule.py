@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import multiprocessing
+import multiprocessing.context
 
 import lightning as L
 import numpy as np
@@ -21,6 +23,29 @@ from transformer_mt.data.tokenize import tokenize, train_tokenizer
 from transformer_mt.data.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
+
+
+# What a worker imports to read and pad batches: loaded once by the fork server, not per worker.
+WORKER_MODULES = ["transformer_mt.datamodule"]
+
+
+def worker_context(num_workers: int) -> multiprocessing.context.BaseContext | None:
+    """How loader workers are started: from a fork server, never forked from the training
+    process itself.
+
+    By the time a loader starts its workers the training process runs other threads: gloo's,
+    the queue feeders and resource sharer of the loaders before it, tqdm's monitor. ``fork``
+    copies the locks those threads hold; a worker forked while one was held waits on it forever
+    (seen under ``trainer=ddp_cpu``: a test loader's worker stuck in CPython's after-fork
+    thread-state cleanup, its rank waiting for a batch, the other rank in the all-gather after
+    it). The fork server is a fresh single-threaded interpreter started once, so every worker
+    forked from it starts clean; the batching module it preloads keeps each start short.
+    """
+    if num_workers == 0:
+        return None  # batches are read in the training process itself
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(WORKER_MODULES)
+    return context
 
 
 class TranslationDataModule(L.LightningDataModule):
@@ -102,6 +127,7 @@ class TranslationDataModule(L.LightningDataModule):
             batch_sampler=sampler,
             collate_fn=functools.partial(collate_columns, pad_multiple=self.cfg.pad_multiple),
             num_workers=self.cfg.num_workers,
+            multiprocessing_context=worker_context(self.cfg.num_workers),
             # Its own generator: creating an iterator then draws no number from the global one,
             # whose state (dropout's) an exact resume restores.
             generator=torch.Generator().manual_seed(self.seed),
