@@ -169,9 +169,6 @@ def test_bad_input_is_a_message_naming_the_problem(explorer, tmp_path) -> None:
 
     with pytest.raises(UserError, match="the source is empty"):
         explorer.translate("   ")
-    too_long = " ".join(["gato"] * explorer.model.cfg.max_positions)
-    with pytest.raises(UserError, match=r"the source has \d+ pieces; this model reads at most"):
-        explorer.translate(too_long)
     with pytest.raises(UserError, match="the target is empty"):
         explorer.given(SOURCE, "")
     with pytest.raises(UserError, match="n-best 3: use 1 to the beam size"):

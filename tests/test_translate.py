@@ -11,6 +11,7 @@ from transformer_mt import Transformer, TransformerConfig, translate
 from transformer_mt.config import DecodeConfig
 from transformer_mt.data import demo_corpus
 from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.errors import UserError
 
 
 @pytest.fixture(scope="module")
@@ -60,12 +61,10 @@ def test_long_input_is_truncated_with_a_warning_or_refused(model, tokenizer, cap
     long = " ".join(["el gato negro duerme en casa"] * 3)  # more pieces than max_positions=12
     with caplog.at_level(logging.WARNING):
         out = translate(model, tokenizer, ["la casa", long], DecodeConfig(max_len_b=2))
-    assert (
-        len(out) == 2
-        and "line 2:" in caplog.text
-        and "exceed the model's max_positions=12" in caplog.text
-    )
-    with pytest.raises(ValueError, match="line 2: .* exceed the model's max_positions=12"):
+    assert len(out) == 2
+    assert "1 source(s) of 2 longer than the model reads (max_positions=12" in caplog.text
+    assert "the first is line 2 " in caplog.text
+    with pytest.raises(UserError, match=r"the first is line 2 \(\d+ pieces\): shorten or split"):
         translate(
             model, tokenizer, ["la casa", long], DecodeConfig(max_len_b=2), long_inputs="error"
         )

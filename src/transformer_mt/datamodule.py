@@ -21,6 +21,8 @@ from transformer_mt.data.concat import join_pairs, length_histogram, source_word
 from transformer_mt.data.sources import load_corpus
 from transformer_mt.data.tokenize import tokenize, train_tokenizer
 from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.model.positions import fit_positions
+from transformer_mt.model.vocab import EOS_ID
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +50,50 @@ def worker_context(num_workers: int) -> multiprocessing.context.BaseContext | No
     return context
 
 
+def fit_split(ds, split: str, max_positions: int):
+    """A tokenized evaluation split whose sources and references fit ``max_positions``: a
+    longer side keeps its first pieces (and EOS); every row stays, so scores cover the split."""
+    src_lens, tgt_lens = TokenRows(ds).lengths()  # EOS included
+    if max(src_lens.max(initial=0), tgt_lens.max(initial=0)) <= max_positions:
+        return ds
+    fitted = {}
+    for side, what in (("src", "source"), ("tgt", "reference")):
+        pieces = [ids[:-1] for ids in ds[f"{side}_ids"]]  # EOS aside
+        fitted[side] = [
+            ids + [EOS_ID] for ids in fit_positions(pieces, max_positions, f"{split} {what}")
+        ]
+
+    def cut(row: dict, n: int) -> dict:
+        return {
+            "src_ids": fitted["src"][n],
+            "src_len": len(fitted["src"][n]),
+            "tgt_ids": fitted["tgt"][n],
+            "tgt_len": len(fitted["tgt"][n]),
+        }
+
+    return ds.map(cut, with_indices=True, keep_in_memory=True, desc=f"fitting {split}")
+
+
 class TranslationDataModule(L.LightningDataModule):
     """Builds (once, cached on disk) and serves the splits of ``cfg``'s corpus."""
 
-    def __init__(self, cfg: DataConfig, seed: int = 1234, pin_memory: bool | None = None) -> None:
-        """``pin_memory``: page-locked batches; None decides by the trainer (on a CUDA GPU only)."""
+    def __init__(
+        self,
+        cfg: DataConfig,
+        seed: int = 1234,
+        pin_memory: bool | None = None,
+        max_positions: int | None = None,
+    ) -> None:
+        """
+        Args:
+            pin_memory: page-locked batches; None decides by the trainer (on a CUDA GPU only).
+            max_positions: the model's; a validation or test side longer than it reads is cut
+                to its first pieces (``fit_positions``), with one warning per split and side.
+                Training pairs over ``cfg.max_len`` are dropped instead (``tokenize``).
+        """
         super().__init__()
         self.cfg, self.seed, self.pin_memory = cfg, seed, pin_memory
+        self.max_positions = max_positions
         self.tokenizer: Tokenizer | None = None
         self.text: DatasetDict | None = None
         self.splits: DatasetDict | None = None
@@ -77,6 +116,9 @@ class TranslationDataModule(L.LightningDataModule):
         self.text = load_corpus(self.cfg)
         self.tokenizer = train_tokenizer(self.text, self.cfg)
         self.splits = tokenize(self.text, self.tokenizer, self.cfg)
+        if self.max_positions is not None:
+            for split in ("valid", "test"):
+                self.splits[split] = fit_split(self.splits[split], split, self.max_positions)
         if self.cfg.concat.share > 0:
             self._join_training_pairs()
 

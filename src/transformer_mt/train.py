@@ -129,7 +129,9 @@ def build_data(cfg: DictConfig, out: Path) -> TranslationDataModule:
         log.info(
             "trainer.compile=true: batch widths padded to multiples of %d", COMPILE_PAD_MULTIPLE
         )
-    datamodule = TranslationDataModule(data_cfg, seed=cfg.seed)
+    datamodule = TranslationDataModule(
+        data_cfg, seed=cfg.seed, max_positions=cfg.model.max_positions
+    )
     datamodule.setup("fit")  # Lightning's own calls then return at once
     shutil.copyfile(datamodule.tokenizer.path, out / "tokenizer.model")
     return datamodule

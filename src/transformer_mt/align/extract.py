@@ -257,7 +257,8 @@ class Extraction:
         if self.alike:
             if words is None:
                 raise ValueError(f"{self.name}: the pair's words are needed, none were given")
-            alike = spelled_alike(*words)
+            # a pair read in part (``fit_positions``) has rows and columns for its first words
+            alike = spelled_alike(words[0][: weights.shape[1]], words[1][: weights.shape[0]])
         return hard_alignment(weights, self.method, self.tau, self.diagonal, alike)
 
     @property

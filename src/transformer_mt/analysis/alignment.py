@@ -21,6 +21,7 @@ from transformer_mt.align.reading import HeadReading
 from transformer_mt.analysis.capture import pair_attention
 from transformer_mt.analysis.stats import coverage, row_entropy, with_temperature
 from transformer_mt.model import Transformer
+from transformer_mt.model.positions import fit_positions
 
 
 def translation_links(
@@ -56,14 +57,25 @@ def corpus_attention(
         ValueError: when a line's pieces do not fold back into its whitespace words.
     """
     out = []
-    pairs = zip(sources, targets, strict=True)
-    for n, (src, tgt) in enumerate(
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+    # a side longer than the model reads is read as its first pieces (one warning per side);
+    # its words past the cut have no row or column, so their gold links count as missed
+    limit = model.cfg.max_positions
+    src_ids = fit_positions(tokenizer.encode(list(sources)), limit, "source")
+    tgt_ids = fit_positions(tokenizer.encode(list(targets)), limit, "target")
+    pairs = zip(sources, targets, src_ids, tgt_ids, strict=True)
+    for n, (src, tgt, src_pieces, tgt_pieces) in enumerate(
         tqdm(pairs, total=len(sources), disable=not progress, desc="attention")
     ):
-        pair = pair_attention(model, tokenizer, src, tgt, full_context=full_context)
+        pair = pair_attention(model, tokenizer, src_pieces, tgt_pieces, full_context=full_context)
         words, src_words, tgt_words = pair.words("cross"), pair.src_words, pair.tgt_words
-        for side, text, got in (("source", src, src_words), ("target", tgt, tgt_words)):
-            if len(got) - 1 != len(text.split()):
+        for side, text, got, ids in (
+            ("source", src, src_words, src_pieces),
+            ("target", tgt, tgt_words, tgt_pieces),
+        ):
+            whole = len(ids) < limit - 1  # not cut by fit_positions
+            if (len(got) - 1 != len(text.split())) if whole else (len(got) - 1 > len(text.split())):
                 raise ValueError(
                     f"line {n + 1}: the {side} has {len(text.split())} words but its pieces make "
                     f"{len(got) - 1} ({got[:-1]}); check that the text is normalised like the "

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from transformer_mt.decoding import greedy_decode
 from transformer_mt.model import AttentionMaps, Transformer
+from transformer_mt.model.positions import fit_positions
 from transformer_mt.model.vocab import BOS_ID, EOS_ID
 
 WORD_START = "\u2581"  # SentencePiece's "▁", which starts every word
@@ -178,10 +179,13 @@ def pair_attention(
 
     Args:
         tgt: the target to teacher-force; None translates ``src`` greedily first and
-            captures the attention of that translation.
+            captures the attention of that translation. A side longer than the model reads is
+            read as its first pieces (``fit_positions``).
         full_context: capture with the whole target as the decoder's context (``capture``).
     """
+    limit = model.cfg.max_positions  # a longer side is read as its first pieces
     src_ids = tokenizer.encode([src])[0] if isinstance(src, str) else list(src)
+    src_ids = fit_positions([src_ids], limit, "source")[0]
     translated = tgt is None
     if tgt is None:
         model.eval()
@@ -189,6 +193,7 @@ def pair_attention(
         tgt_ids = greedy_decode(model, src_batch)[0]
     else:
         tgt_ids = tokenizer.encode([tgt])[0] if isinstance(tgt, str) else list(tgt)
+        tgt_ids = fit_positions([tgt_ids], limit, "target")[0]
     src_eos, tgt_eos = src_ids + [EOS_ID], tgt_ids + [EOS_ID]
     device = next(model.parameters()).device
     maps = capture(

@@ -24,6 +24,7 @@ from transformer_mt.data.sources import demo_files
 from transformer_mt.decoding import DecodeConfig
 from transformer_mt.decoding.text import translate
 from transformer_mt.errors import UserError
+from transformer_mt.model.positions import fit_positions
 
 # The demo corpus's showcases: crossing adjectives, gender/number agreement, contractions.
 DEMO_EXAMPLES = [
@@ -126,17 +127,12 @@ class Explorer:
         return []
 
     def _ids(self, text: str, side: str) -> list[int]:
-        """Piece ids of ``text`` (no EOS); empty text or text over the positions is refused."""
+        """Piece ids of ``text`` (no EOS); empty text is refused, a side longer than the model
+        reads keeps its first pieces (``fit_positions``: one warning, as every entry point)."""
         if not text or not text.strip():
             raise UserError(f"the {side} is empty: type a sentence")
         ids = self.tokenizer.encode([text])[0]
-        limit = self.model.cfg.max_positions - 1  # EOS takes a position
-        if len(ids) > limit:
-            raise UserError(
-                f"the {side} has {len(ids)} pieces; this model reads at most {limit} "
-                f"(max_positions={self.model.cfg.max_positions}, EOS included): shorten it"
-            )
-        return ids
+        return fit_positions([ids], self.model.cfg.max_positions, side)[0]
 
     def translate(
         self, source: str, beam_size: int = 1, n_best: int = 1, alpha: float = 0.6
@@ -149,7 +145,8 @@ class Explorer:
             raise UserError(f"n-best {n_best}: use 1 to the beam size ({beam_size})")
         src_ids = self._ids(source, "source")
         cfg = DecodeConfig(beam_size=beam_size, length_penalty=alpha, batch_size=1)
-        found = translate(self.model, self.tokenizer, [source], cfg, n_best, long_inputs="error")[0]
+        read = self.tokenizer.decode([src_ids])[0]  # the source as read: cut already, if long
+        found = translate(self.model, self.tokenizer, [read], cfg, n_best)[0]
         return src_ids, [Hypothesis(t.text, list(t.tokens), float(t.score)) for t in found]
 
     def given(self, source: str, target: str) -> tuple[list[int], list[Hypothesis]]:
@@ -164,8 +161,6 @@ class Explorer:
         """Every attention map of the source and one hypothesis (teacher-forced on it), with
         the whole hypothesis as the decoder's context in ``full`` mode."""
         _check_mode(mode)
-        if len(hypothesis.tokens) + 1 > self.model.cfg.max_positions:
-            raise UserError("the hypothesis is longer than the model's positions")
         return pair_attention(
             self.model,
             self.tokenizer,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -15,9 +14,8 @@ from transformer_mt.decoding.config import DecodeConfig
 from transformer_mt.decoding.greedy import greedy_decode
 from transformer_mt.errors import UserError
 from transformer_mt.model import Transformer
+from transformer_mt.model.positions import fit_positions
 from transformer_mt.model.vocab import EOS_ID, PAD_ID
-
-log = logging.getLogger(__name__)
 
 
 class Tokenizer(Protocol):
@@ -38,27 +36,18 @@ class Translation:
 def source_ids(
     tokenizer: Tokenizer, sentences: list[str], max_positions: int, long_inputs: str = "truncate"
 ) -> list[list[int]]:
-    """EOS-terminated piece ids that fit the model's positions.
+    """EOS-terminated piece ids that fit the model's positions (``fit_positions``).
 
     Args:
-        long_inputs: "truncate" keeps the first pieces and logs a warning naming the line;
-            "error" raises ValueError naming it.
+        long_inputs: "truncate" keeps the first pieces of a longer line, with one warning that
+            counts such lines and names the first; "error" raises a UserError naming it.
     """
     if long_inputs not in ("truncate", "error"):
         raise UserError(f"long_inputs must be 'truncate' or 'error', got {long_inputs!r}")
-    out = []
-    for line, ids in enumerate(tokenizer.encode(sentences), 1):
-        if len(ids) + 1 > max_positions:
-            message = (
-                f"line {line}: {len(ids)} pieces exceed the model's max_positions={max_positions} "
-                f"(EOS included)"
-            )
-            if long_inputs == "error":
-                raise UserError(message + "; split the sentence or use long_inputs=truncate")
-            log.warning("%s; translating its first %d pieces only", message, max_positions - 1)
-            ids = ids[: max_positions - 1]
-        out.append(ids + [EOS_ID])
-    return out
+    fitted = fit_positions(
+        tokenizer.encode(sentences), max_positions, "source", error=long_inputs == "error"
+    )
+    return [ids + [EOS_ID] for ids in fitted]
 
 
 @torch.no_grad()
