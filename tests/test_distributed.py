@@ -210,3 +210,66 @@ def test_the_sbatch_file_composes_and_lightning_sees_its_ranks(
     assert (trainer.world_size, trainer.num_nodes) == (nodes * per_node, nodes)
     assert (trainer.global_rank, trainer.local_rank, trainer.node_rank) == (11, 3, 1)
     assert trainer.strategy.cluster_environment.main_address == "gpu01"
+
+
+def _report_on_rank(rank: int, port: int, out) -> None:
+    """One report of a ``StepReporter`` on this rank, after the steps ``RANK_STEPS`` gives it."""
+    import time
+    from types import SimpleNamespace
+
+    from lightning.pytorch.strategies import DDPStrategy
+
+    from transformer_mt.step_monitor import StepReporter
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        reporter = StepReporter()
+        for n, (mean, nll, tokens) in enumerate(RANK_STEPS[rank]):
+            reporter.monitor.add(
+                torch.tensor(mean), torch.tensor(nll), tokens, step=n, batch="", padding=0.0
+            )
+        reporter.monitor.started = time.perf_counter() - 2.0  # the steps took 2 s on each rank
+        logged = []
+        logger = SimpleNamespace(log_metrics=lambda metrics, step: logged.append((step, metrics)))
+        trainer = SimpleNamespace(
+            global_step=2,
+            current_epoch=0,
+            is_global_zero=rank == 0,
+            loggers=[logger],
+            strategy=DDPStrategy(),  # its reduce, over the process group set up above
+        )
+        reporter.report(trainer)
+        out.put((rank, logged, reporter.progress))
+    finally:
+        dist.destroy_process_group()
+
+
+# per rank, its micro-batches: (loss per target token, summed NLL, target tokens)
+RANK_STEPS = {0: [(2.0, 30.0, 10), (3.0, 25.0, 10)], 1: [(4.0, 100.0, 30), (1.0, 5.0, 10)]}
+
+
+@pytest.mark.slow  # two processes
+def test_the_training_loss_and_throughput_are_every_rank_s() -> None:
+    """On two gloo processes, the logged loss is per target token of both ranks' batches, the
+    perplexity exp(both ranks' NLL / their tokens), tok/s the sum of both ranks' rates; and every
+    rank shows the same figures in its progress bar."""
+    import math
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    mp.start_processes(_report_on_rank, args=(port, out), nprocs=2, start_method="spawn")
+    got = {rank: (logged, progress) for rank, logged, progress in (out.get(60) for _ in range(2))}
+    # by hand: loss x tokens summed over both ranks' batches, over their 60 tokens
+    loss = (2.0 * 10 + 3.0 * 10 + 4.0 * 30 + 1.0 * 10) / 60
+    ppl = math.exp((30.0 + 25.0 + 100.0 + 5.0) / 60)
+    rate = 20 / 2.0 + 40 / 2.0  # each rank's tokens over its 2 s, summed
+    ((step, metrics),) = got[0][0]
+    assert step == 1 and got[1][0] == []  # rank 0 writes the logs
+    assert metrics["train/loss"] == pytest.approx(loss)
+    assert metrics["train/ppl"] == pytest.approx(ppl)
+    assert metrics["train/tok_s"] == pytest.approx(rate, rel=0.05)
+    assert got[0][1] == got[1][1] == {"loss": f"{loss:.3f}", "tok/s": got[0][1]["tok/s"]}

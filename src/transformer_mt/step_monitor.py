@@ -4,7 +4,9 @@ At the paper's pace a step takes tens of milliseconds on one GPU; a host read of
 (``.item()``, ``bool(t)``, ``.tolist()``) makes the CPU wait for every queued kernel, so the next
 step cannot be queued behind it. The loss, perplexity, gradient norm and the non-finite-loss guard
 are therefore accumulated as device tensors over the steps between two reports
-(``trainer.log_every_n_steps``), and read with one ``.tolist()`` per report.
+(``trainer.log_every_n_steps``), and read with one ``.tolist()`` per report. Under data
+parallelism a report first sums the loss, NLL, target tokens and tokens/s over the ranks (one
+small all-reduce per report), so the curves and the progress bar are every rank's, not rank 0's.
 
 ``StepReporter`` is the Lightning callback around it: the training step hands it the loss
 (``record``), and it logs, shows and guards the steps, so that ``training_step`` only computes
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import lightning as L
@@ -33,9 +36,10 @@ class Report:
     """One report's figures, on the host."""
 
     step: int
-    loss: float  # label-smoothed loss per target token, over the finite steps
-    ppl: float  # exp(NLL per target token), capped at e^50
-    tok_s: float  # target tokens per second over whole steps (loader, logging included)
+    loss: float  # label-smoothed loss per target token, over the finite steps (all ranks')
+    ppl: float  # exp(NLL per target token), capped at e^50 (all ranks' tokens)
+    tok_s: float  # target tokens per second over whole steps (loader, logging included), summed
+    # over the ranks
     padding: float  # mean share of padding of the batches
     grad_norm: float  # of the last optimizer step
     bad_steps: int  # steps whose loss was not finite (on this rank)
@@ -101,19 +105,31 @@ class StepMonitor:
         self.sums[GRAD_NORM] = norm
         self.sums[BAD_GRADS] += torch.isfinite(norm).logical_not().float()
 
-    def report(self, step: int) -> Report | None:
-        """Read the accumulated figures (one host read) and start a new report; None if empty."""
+    def report(self, step: int, reduce: Callable[[Tensor], Tensor] | None = None) -> Report | None:
+        """Read the accumulated figures (one host read) and start a new report; None if empty.
+
+        Args:
+            reduce: sums a tensor over the ranks (``trainer.strategy.reduce``): under data
+                parallelism the loss and perplexity are then those of every rank's target
+                tokens, and tok/s the sum of every rank's rate. Every rank must call it.
+        """
         if self.sums is None or not self.padding:
             return None
-        values = self.sums.tolist()  # the one host read per report
         now = time.perf_counter()
-        tokens = max(values[TOKENS], 1.0)
+        rate = self.tokens / max(now - self.started, 1e-9)  # this rank's target tokens/s
+        # LOSS, NLL, TOKENS and the rate, summed over the ranks (this rank's alone without reduce)
+        shared = torch.cat([self.sums[LOSS : TOKENS + 1], self.sums.new_tensor([rate])])
+        if reduce is not None:
+            shared = reduce(shared)
+        values = torch.cat([self.sums, shared]).tolist()  # the one host read per report
+        loss_sum, nll_sum, tokens, rate = values[len(self.sums) :]
+        tokens = max(tokens, 1.0)
         first_step = int(values[FIRST_BAD_STEP])
         report = Report(
             step=step,
-            loss=values[LOSS] / tokens,
-            ppl=math.exp(min(values[NLL] / tokens, 50.0)),
-            tok_s=self.tokens / max(now - self.started, 1e-9),
+            loss=loss_sum / tokens,
+            ppl=math.exp(min(nll_sum / tokens, 50.0)),
+            tok_s=rate,
             padding=sum(self.padding) / len(self.padding),
             grad_norm=values[GRAD_NORM],
             bad_steps=int(values[BAD]),
@@ -209,7 +225,8 @@ class StepReporter(L.Callback):
     def report(self, trainer: L.Trainer) -> None:
         """Read the steps since the last report (one host read), log them, and guard."""
         self._reported_at = step = trainer.global_step
-        report = self.monitor.report(step)
+        # every rank reports at the same steps: the sum over ranks is a collective they all reach
+        report = self.monitor.report(step, lambda t: trainer.strategy.reduce(t, reduce_op="sum"))
         if report is None:
             return
         if self.on_device and (report.bad_steps or report.bad_grad_steps):
