@@ -89,6 +89,48 @@ def recipe(name: str, out: Path, cache: Path, corpora: dict, *overrides: str) ->
     return cfg
 
 
+# the keys recipe() changes
+CHANGED = (
+    "trainer.max_steps",
+    "trainer.max_time",
+    "trainer.enable_progress_bar",
+    "trainer.loggers",
+    "trainer.compile",
+    "output_dir",
+    "data.cache_dir",
+    "data.vocab_size",
+    "data.max_tokens",
+    "heatmaps.valid_sentences",
+    "model.d_model",
+    "model.d_ff",
+    "model.d_k",
+    "optim.tokens_per_step",
+)
+
+
+def recipe_keys(name: str) -> dict:
+    """The leaf keys a recipe file sets, after those of the recipes it builds on, with their
+    written values (interpolations left out: they resolve per machine)."""
+    written = OmegaConf.load(CONF / "experiment" / f"{name}.yaml")
+    keys: dict = {}
+    for entry in written.get("defaults", []):
+        if isinstance(entry, str) and entry != "_self_":  # another recipe
+            keys.update(recipe_keys(entry))
+
+    def leaves(node, prefix: str) -> None:
+        for key, value in node.items():
+            path = f"{prefix}{key}"
+            if isinstance(value, dict):
+                leaves(value, path + ".")
+            elif not (isinstance(value, str) and "${" in value):
+                keys[path] = value
+
+    body = OmegaConf.to_container(written, resolve=False)
+    body.pop("defaults", None)
+    leaves(body, "")
+    return keys
+
+
 @pytest.mark.parametrize("name", RECIPES)
 def test_every_recipe_trains_tests_and_reports(
     name: str, corpora, tmp_path_factory, tmp_path
@@ -112,6 +154,15 @@ def test_every_recipe_trains_tests_and_reports(
         written.d_model // SHRINK,
         written.d_ff // SHRINK,
     )
+    # every key the recipe file sets (and the recipes it builds on) is in the run's saved config,
+    # but for those this test changes: a key shadowed by the defaults order fails here
+    saved = OmegaConf.load(tmp_path / "run" / "config.yaml")
+    changed = set(CHANGED) | {o.split("=")[0] for o in corpora[cfg.data.name]}
+    own = recipe_keys(name)
+    assert own, name
+    for key, value in own.items():
+        if key not in changed:
+            assert OmegaConf.select(saved, key) == value, (name, key)
     if name == "multi30k_base_gpu":  # evaluate.py adds the Multi30k literature's BLEU
         scored = run_script("evaluate.py", f"run_dir={tmp_path / 'run'}", "ckpt.average_last=1")
         assert scored.returncode == 0, scored.stderr[-3000:]
@@ -295,3 +346,40 @@ def test_paper_base_on_two_processes_scores_as_one_process_resumes_and_evaluates
     assert alone.returncode == 0, alone.stderr[-3000:]
     expected, got = _losses(straight), _losses(resumed)
     assert sorted(expected) == list(range(1, 7)) and got == expected
+
+
+def test_a_model_that_translates_scores_the_same_on_two_processes_as_on_one(
+    demo_run, tmp_path
+) -> None:
+    """The suite's demo model (test BLEU about 50), its last checkpoint validated and tested
+    again on one process and on two (``trainer=ddp_cpu``'s keys on the resumed run, nothing left
+    to train): the same hypotheses line for line and the same BLEU, chrF and perplexity, where
+    a wrong gather (a row dropped, counted twice or out of order) would show."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from train import resumed_config
+    finally:
+        sys.path.pop(0)
+    from transformer_mt.train import run
+
+    skip = shutil.ignore_patterns("metrics.json", "test.hyp.txt", "eval", "align", "logs*")
+    one, two = tmp_path / "one", tmp_path / "two"
+    for copy in (one, two):
+        shutil.copytree(demo_run, copy, ignore=skip)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each DDP process: only the sharding differs, not the rounding
+    try:
+        single = run(resumed_config(str(one), ["trainer.devices=1", "trainer.strategy=auto"]))
+    finally:
+        torch.set_num_threads(threads)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    pair = _ddp_script(
+        "train.py", f"resume={two}", "trainer.devices=2", "trainer.strategy=ddp", env=env
+    )
+    assert pair.returncode == 0, pair.stderr[-3000:]
+    double = json.loads((two / "metrics.json").read_text())
+    assert (single["world_size"], double["world_size"]) == (1, 2)
+    assert single["test_bleu"] > 30, single["test_bleu"]  # a model that translates
+    assert (one / "test.hyp.txt").read_text() == (two / "test.hyp.txt").read_text()
+    for key in ("test_bleu", "test_chrf", "test_ppl", "test_sentences", "val_bleu", "val_ppl"):
+        assert single[key] == double[key], key
