@@ -715,3 +715,49 @@ def test_head_best_is_read_by_the_method_it_was_recorded_with(demo_run, tmp_path
     assert links("--head", "best") == by_grow
     assert links() == by_grow  # the recorded best is also the default head
     assert links("--head", "best", "--method", "argmax") == by_argmax
+
+
+@pytest.mark.slow  # trains
+def test_wandb_offline_and_mlflow_log_the_run_where_their_users_look(
+    compose_cfg, tmp_path, monkeypatch
+) -> None:
+    """W&B in offline mode (a run to ``wandb sync`` under the run directory) and MLflow in a
+    SQLite store there (MLflow 3 refuses new runs in its old file store): both hold the curves."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = compose_cfg(
+        *("data.train_size=200", "data.valid_size=8", "data.test_size=8", "data.vocab_size=120"),
+        *("model.n_layers=1", "model.d_model=16", "model.d_ff=32", "model.n_heads=2"),
+        *("trainer.max_steps=2", "trainer.enable_progress_bar=false"),
+        *("trainer.log_every_n_steps=1", "trainer.loggers=[csv,wandb,mlflow]"),
+        *("heatmaps.valid_sentences=0", "heatmaps.src=null"),
+    )
+    run(cfg)
+    out = tmp_path / "run"
+    (offline,) = (out / "wandb").glob("offline-run-*")
+    assert next(offline.glob("run-*.wandb")).stat().st_size > 0
+    client = MlflowClient(tracking_uri=f"sqlite:///{out.resolve()}/mlflow.db")
+    experiment = client.get_experiment_by_name("transformer-mt")
+    (logged,) = client.search_runs([experiment.experiment_id])
+    assert logged.info.run_name == "run" and logged.info.status == "FINISHED"
+    losses = client.get_metric_history(logged.info.run_id, "train/loss")
+    assert [m.step for m in losses] == [0, 1]
+    assert "val/bleu" in logged.data.metrics and "test/bleu" in logged.data.metrics
+
+
+def test_a_logger_without_its_package_is_one_line_saying_how_to_install_it(
+    tmp_path, monkeypatch
+) -> None:
+    import importlib.util
+
+    from transformer_mt.errors import UserError
+    from transformer_mt.train import build_loggers
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(
+        UserError, match=r'the mlflow package is not installed: pip install -e "\.\[loggers\]"'
+    ):
+        build_loggers(["csv", "mlflow"], tmp_path)

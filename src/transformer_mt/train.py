@@ -7,8 +7,10 @@ What a run prints and writes at its end (test BLEU, AER, heatmaps, curves) is ``
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
+import os
 import shutil
 import time
 from dataclasses import asdict, replace
@@ -259,7 +261,15 @@ NOT_TRAINER_ARGUMENTS = {"compile", "on_nonfinite_loss", "loggers"}
 
 
 def build_loggers(names: list[str], out: Path) -> list:
-    """Lightning's loggers, all writing under ``out``; W&B and MLflow need their packages."""
+    """Lightning's loggers, all writing under ``out``.
+
+    W&B and MLflow need their packages (``pip install -e ".[loggers]"``). W&B runs online once
+    ``wandb login`` has been done; ``WANDB_MODE=offline`` keeps the run under ``out/wandb`` for a
+    later ``wandb sync``. MLflow logs to ``$MLFLOW_TRACKING_URI`` when set (a team's server),
+    else to a SQLite store in the run directory (``mlflow ui --backend-store-uri
+    sqlite:///<run>/mlflow.db``), its artifacts beside it: MLflow 3 no longer takes new runs in
+    its old ``mlruns`` file store.
+    """
     loggers = []
     for name in names:
         if name == "csv":
@@ -267,14 +277,33 @@ def build_loggers(names: list[str], out: Path) -> list:
         elif name == "tensorboard":
             loggers.append(TensorBoardLogger(out, name="logs", version="", default_hp_metric=False))
         elif name == "wandb":
+            _needs(name, "wandb")
             from lightning.pytorch.loggers import WandbLogger
 
-            loggers.append(WandbLogger(save_dir=str(out), name=out.name))
+            loggers.append(WandbLogger(save_dir=str(out), name=out.name, project="transformer-mt"))
         elif name == "mlflow":
+            _needs(name, "mlflow")
             from lightning.pytorch.loggers import MLFlowLogger
 
-            loggers.append(MLFlowLogger(run_name=out.name, save_dir=str(out / "mlruns")))
+            uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{out.resolve()}/mlflow.db"
+            loggers.append(
+                MLFlowLogger(
+                    experiment_name="transformer-mt",
+                    run_name=out.name,
+                    tracking_uri=uri,
+                    artifact_location=(out.resolve() / "mlartifacts").as_uri(),
+                )
+            )
     return loggers
+
+
+def _needs(logger: str, package: str) -> None:
+    """A logger's package is installed, or one line says how to install it."""
+    if importlib.util.find_spec(package) is None:
+        raise UserError(
+            f"trainer.loggers has {logger}, but the {package} package is not installed: "
+            f'pip install -e ".[loggers]" (or drop {logger} from trainer.loggers)'
+        )
 
 
 def checkpoint_callbacks(cfg: TrainCheckpointsConfig, out: Path) -> list[ModelCheckpoint]:
