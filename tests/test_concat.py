@@ -7,7 +7,7 @@ import pytest
 from datasets import Dataset
 
 from transformer_mt.config import ConcatConfig
-from transformer_mt.data.batching import TokenBatchSampler, TokenRows
+from transformer_mt.data.batching import TokenRows
 from transformer_mt.data.concat import (
     join_pairs,
     join_rows,
@@ -130,76 +130,11 @@ def test_length_histogram_of_a_built_split_contains_the_joined_lengths():
     [
         ({"share": -0.1}, "data.concat.share must be 0 or more"),
         ({"max_parts": 1}, "data.concat.max_parts must be 2 or more"),
-        ({"share": 0.1, "until_step": 0}, "data.concat.until_step must be 1 or more"),
-        ({"until_step": 700}, "data.concat.share is 0, so there are none"),
     ],
 )
 def test_bad_concat_settings_are_named(kwargs, message):
     with pytest.raises(UserError, match=message):
         ConcatConfig(**kwargs)
-
-
-def _plain_and_joined_lengths(n_plain: int = 600, n_joined: int = 200):
-    """Pairs of 3-30 pieces, then longer joined examples (rows from ``n_plain`` on)."""
-    rng = np.random.default_rng(0)
-    src = np.concatenate([rng.integers(3, 30, n_plain), rng.integers(20, 90, n_joined)])
-    tgt = np.concatenate([rng.integers(3, 30, n_plain), rng.integers(20, 90, n_joined)])
-    return src, tgt
-
-
-def _epochs(sampler: TokenBatchSampler, n: int) -> list[list[list[int]]]:
-    out = []
-    for epoch in range(n):
-        sampler.set_epoch(epoch)
-        batches = list(sampler)
-        assert len(batches) == len(sampler)
-        out.append(batches)
-    return out
-
-
-@pytest.mark.parametrize("until", [5, 100, 1])
-def test_joined_rows_stop_after_until_and_every_epoch_still_sees_every_pair(until) -> None:
-    src, tgt = _plain_and_joined_lengths()
-    always = _epochs(TokenBatchSampler(src, tgt, 400, seed=3), 4)
-    stopped = _epochs(
-        TokenBatchSampler(src, tgt, 400, seed=3, extra_from=600, extra_until=until), 4
-    )
-    assert 5 < len(always[0]) < 100 < len(always[0]) + len(always[1])  # 100 is in epoch 1
-    flat_always = [b for epoch in always for b in epoch]
-    flat_stopped = [b for epoch in stopped for b in epoch]
-    assert flat_stopped[:until] == flat_always[:until]  # the same run up to the stop
-    assert all(i < 600 for b in flat_stopped[until:] for i in b)
-    assert any(i >= 600 for b in flat_stopped[:until] for i in b)
-    for epoch in stopped:  # each plain pair once per epoch, a joined row at most once
-        rows = [i for b in epoch for i in b]
-        assert sorted(i for i in rows if i < 600) == list(range(600))
-        assert len(rows) == len(set(rows))
-    for b in flat_stopped:
-        assert max(max(src[i], tgt[i] + 1) for i in b) * len(b) <= 400
-    again = TokenBatchSampler(src, tgt, 400, seed=3, extra_from=600, extra_until=until)
-    again.resume_at(1, 3)  # a resumed run plans the epoch it resumes in the same way
-    assert list(again) == stopped[1][3:]
-
-
-def test_joined_rows_stop_at_the_same_step_on_every_rank() -> None:
-    src, tgt = _plain_and_joined_lengths()
-    ranks = [
-        _epochs(
-            TokenBatchSampler(
-                src, tgt, 400, seed=3, num_replicas=2, rank=r, extra_from=600, extra_until=7
-            ),
-            3,
-        )
-        for r in range(2)
-    ]
-    for epoch in range(3):
-        assert len(ranks[0][epoch]) == len(ranks[1][epoch])
-        both = [i for r in ranks for b in r[epoch] for i in b]
-        assert set(range(600)) <= set(both)
-    for r in ranks:
-        flat = [b for epoch in r for b in epoch]
-        assert any(i >= 600 for b in flat[:7] for i in b)
-        assert all(i < 600 for b in flat[7:] for i in b)
 
 
 def test_demo_training_split_gains_joined_examples_whose_links_are_their_parts_word_links(
@@ -219,7 +154,7 @@ def test_demo_training_split_gains_joined_examples_whose_links_are_their_parts_w
         vocab_size=300,
         cache_dir=str(tmp_path),
         alignments="builtin",
-        concat=ConcatConfig(share=0.5, max_parts=3, until_step=2),
+        concat=ConcatConfig(share=0.5, max_parts=3),
     )
     data = TranslationDataModule(cfg, seed=5)
     data.setup("fit")
@@ -249,13 +184,6 @@ def test_demo_training_split_gains_joined_examples_whose_links_are_their_parts_w
     assert data.source_lengths["training pairs + joined examples"].max() > max(
         data.source_lengths["training pairs"]
     )
-    sampler = data.train_dataloader().batch_sampler  # until_step=2: joined rows in 2 batches
-    batches = []
-    for epoch in range(2):
-        sampler.set_epoch(epoch)
-        batches += list(sampler)
-    assert any(i >= 300 for b in batches[:2] for i in b)
-    assert all(i < 300 for b in batches[2:] for i in b)
 
 
 def test_a_saved_runs_concat_block_reads_back_typed_and_checked():

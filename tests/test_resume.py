@@ -95,43 +95,6 @@ def test_a_run_that_ended_at_max_epochs_goes_on_as_if_never_stopped(tmp_path) ->
     assert [_losses(first)[s] for s in steps] == [_losses(tmp_path / "straight")[s] for s in steps]
 
 
-def test_a_run_whose_joined_examples_stop_resumes_exactly_after_a_shorter_epoch(tmp_path) -> None:
-    """data.concat.until_step=4: epoch 0 holds joined examples, epoch 1 the plain pairs alone
-    (fewer batches): a checkpoint at its end must point at epoch 2, not mid-epoch 1."""
-    import csv
-
-    concat = ["data.concat.share=0.5", "data.concat.until_step=4"]
-    straight = tmp_path / "straight"
-    run(_compose(tmp_path, f"output_dir={straight}", "trainer.max_steps=60", *concat))
-    with open(straight / "logs" / "metrics.csv") as f:
-        epochs = [int(r["epoch"]) for r in csv.DictReader(f) if r["train/loss"]]
-    n = epochs.count(0) + epochs.count(1)  # the step that ends epoch 1
-    assert epochs.count(0) > epochs.count(1) == 23  # joined rows, then the plain pairs alone
-    first = tmp_path / "interrupted"
-    run(
-        _compose(
-            tmp_path,
-            f"output_dir={first}",
-            f"trainer.max_steps={n}",
-            f"checkpoint.every_steps={n}",
-            *concat,
-        )
-    )
-    ckpt = torch.load(first / "checkpoints" / "last.ckpt", weights_only=True)
-    assert ckpt["data_position"] == {"epoch": 2, "batches_done": 0}
-    run(
-        _compose(
-            tmp_path,
-            f"output_dir={tmp_path / 'x'}",
-            f"resume={first}",
-            "trainer.max_steps=60",
-            *concat,
-        )
-    )
-    steps = range(1, 61)
-    assert [_losses(first)[s] for s in steps] == [_losses(straight)[s] for s in steps]
-
-
 def test_resume_needs_a_run_with_a_checkpoint(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="no checkpoints/last.ckpt there"):
         run(_compose(tmp_path, f"output_dir={tmp_path / 'x'}", f"resume={tmp_path}"))

@@ -48,24 +48,10 @@ class ConcatConfig:
 
     share: float = 0.0  # joined examples added per training pair: 0 none, 0.1 one per ten pairs
     max_parts: int = 5  # each joins 2..max_parts random training pairs (fewer if over max_len)
-    # the last optimizer step that may draw a joined example (null: every step): the steps
-    # after it train on the plain pairs only, so that a run ends on the lengths it is tested on
-    until_step: int | None = None
 
     def __post_init__(self) -> None:
         if self.share < 0:
             raise UserError(f"data.concat.share must be 0 or more, got {self.share}")
-        if self.until_step is not None and self.until_step < 1:
-            raise UserError(
-                f"data.concat.until_step must be 1 or more (or null: joined examples at every "
-                f"step), got {self.until_step}"
-            )
-        if self.until_step is not None and self.share == 0:
-            raise UserError(
-                f"data.concat.until_step={self.until_step} stops joined examples, but "
-                "data.concat.share is 0, so there are none; set data.concat.share (e.g. 0.15) "
-                "or drop until_step"
-            )
         if self.max_parts < 2:
             raise UserError(f"data.concat.max_parts must be 2 or more, got {self.max_parts}")
 

@@ -101,7 +101,6 @@ class TranslationDataModule(L.LightningDataModule):
         self._resume_at: tuple[int, int] | None = None  # (epoch, batches done) to skip
         # data.concat: source lengths in words of the training pairs, and with the joined ones
         self.source_lengths: dict[str, np.ndarray] = {}
-        self.joined_from: int | None = None  # the first joined training row, if any
 
     def prepare_data(self) -> None:
         """Generate or load the corpus, train SentencePiece and tokenize: all cached for later runs."""
@@ -129,12 +128,6 @@ class TranslationDataModule(L.LightningDataModule):
         starts = word_starts(self.tokenizer.sp)
         joined = join_pairs(train, self.cfg.concat, self.cfg.max_len, self.seed)
         self.splits["train"] = joined
-        self.joined_from = len(train)  # the joined examples are the rows from here on
-        if self.cfg.concat.until_step is not None:  # logged once, not at every epoch's reload
-            log.info(
-                "data.concat: joined examples until step %d, the plain pairs after",
-                self.cfg.concat.until_step,
-            )
         self.source_lengths = {
             "training pairs": source_word_lengths(train, starts),
             "training pairs + joined examples": source_word_lengths(joined, starts),
@@ -147,12 +140,6 @@ class TranslationDataModule(L.LightningDataModule):
         rows = TokenRows(self.splits[split])
         src_lens, tgt_lens = rows.lengths()
         trainer = self.trainer
-        stop = {}
-        until_step = self.cfg.concat.until_step
-        if split == "train" and until_step is not None and self.joined_from is not None:
-            # optimizer steps -> batches: each step takes accumulate_grad_batches of them
-            accumulate = trainer.accumulate_grad_batches if trainer else 1
-            stop = {"extra_from": self.joined_from, "extra_until": until_step * accumulate}
         sampler = TokenBatchSampler(
             src_lens,
             tgt_lens,
@@ -162,7 +149,6 @@ class TranslationDataModule(L.LightningDataModule):
             num_replicas=trainer.world_size if trainer else 1,
             rank=trainer.global_rank if trainer else 0,
             pad_multiple=self.cfg.pad_multiple,
-            **stop,
         )
         return DataLoader(
             rows,  # a batch's rows read from the Arrow memory map, padded by numpy
@@ -183,7 +169,7 @@ class TranslationDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         loader = self._loader("train", shuffle=True)
         self.train_sampler = loader.batch_sampler
-        if self.trainer is not None:  # reloaded every epoch: its length is this epoch's
+        if self.trainer is not None:  # a resumed run's first epoch is not 0
             self.train_sampler.set_epoch(self.trainer.current_epoch)
         if self._resume_at is not None:
             self.train_sampler.resume_at(*self._resume_at)

@@ -219,9 +219,6 @@ def build_trainer(cfg: DictConfig, out: Path) -> L.Trainer:
         ],
         plugins=[AtomicCheckpointIO()],
         use_distributed_sampler=False,  # TokenBatchSampler shards by rank itself
-        # data.concat.until_step shortens the epochs after it, and Lightning takes an epoch's
-        # length (which its resume bookkeeping trusts) when it loads the data: load every epoch
-        reload_dataloaders_every_n_epochs=int(cfg.data.concat.until_step is not None),
     )
     try:
         return L.Trainer(**arguments)

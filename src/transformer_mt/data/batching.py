@@ -262,14 +262,6 @@ class TokenBatchSampler(Sampler[list[int]]):
     shuffled. Under data parallelism, rank r takes every ``num_replicas``-th batch, and the
     batch list is padded with its own first batches so that every rank gets the same number
     (ranks that stop at different steps would hang in all-reduce).
-
-    ``extra_from`` and ``extra_until`` stop rows from being drawn after a point in training
-    (``data.concat.until_step``): rows numbered ``extra_from`` or more (the joined examples)
-    appear only in each rank's first ``extra_until`` batches, counted from the first epoch.
-    The epoch that crosses that point keeps its plan's batches up to it and packs the plain
-    rows it has not yet reached into the rest, so every plain row is still seen once in it;
-    later epochs plan the plain rows alone. A plan stays a function of seed and epoch (resume
-    works as without).
     """
 
     def __init__(
@@ -282,8 +274,6 @@ class TokenBatchSampler(Sampler[list[int]]):
         num_replicas: int = 1,
         rank: int = 0,
         pad_multiple: int = 1,
-        extra_from: int | None = None,
-        extra_until: int | None = None,
     ) -> None:
         # + BOS on the target side; widths as collate_columns pads them, so that the budget
         # holds for the padded batch and batches group by padded width
@@ -300,10 +290,6 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
         self._cached: tuple[int, list[list[int]]] | None = None
         self._resume: tuple[int, int] | None = None  # (epoch, batches already trained)
-        if (extra_from is None) != (extra_until is None):
-            raise ValueError("extra_from and extra_until go together")
-        self.extra_from, self.extra_until = extra_from, extra_until
-        self._epoch_sizes: dict[int, int] = {}  # epoch -> its batches per rank
         # Lightning calls set_epoch on ``loader.sampler`` and ``loader.batch_sampler.sampler``,
         # not on the batch sampler itself: without this, every epoch would replay epoch 0's order.
         self.sampler = self
@@ -333,34 +319,9 @@ class TokenBatchSampler(Sampler[list[int]]):
         return list(self._cached[1])
 
     def _make_batches(self) -> list[list[int]]:
-        return self._plan(self.epoch)
-
-    def _plan(self, epoch: int) -> list[list[int]]:
-        """Epoch ``epoch``'s batches (all ranks'), extra rows stopped where ``extra_until`` says."""
-        rng = np.random.default_rng(self.seed + epoch)
-        rows = np.arange(len(self.lens))
-        if self.extra_until is None:
-            return self._pack(rows, rng)
-        start = sum(self._epoch_size(e) for e in range(epoch))  # this rank's batches before
-        plain = rows[rows < self.extra_from]
-        if start >= self.extra_until:
-            return self._pack(plain, rng)
-        full = self._pack(rows, rng)
-        head = full[: (self.extra_until - start) * self.num_replicas]  # every rank's share
-        if len(head) == len(full):
-            return full
-        reached = np.zeros(len(self.lens), dtype=bool)
-        reached[np.concatenate([np.asarray(b, dtype=np.int64) for b in head])] = True
-        rest = self._pack(plain[~reached[plain]], rng)
-        # ranks get equal counts from the rest's own batches, not (as __iter__ would pad) from
-        # the head's, which hold joined rows
-        short = -len(rest) % self.num_replicas
-        return head + rest + [rest[i % len(rest)] for i in range(short if rest else 0)]
-
-    def _epoch_size(self, epoch: int) -> int:
-        if epoch not in self._epoch_sizes:
-            self._epoch_sizes[epoch] = -(-len(self._plan(epoch)) // self.num_replicas)
-        return self._epoch_sizes[epoch]
+        """Epoch ``self.epoch``'s batches (all ranks')."""
+        rng = np.random.default_rng(self.seed + self.epoch)
+        return self._pack(np.arange(len(self.lens)), rng)
 
     def _pack(self, rows: np.ndarray, rng: np.random.Generator) -> list[list[int]]:
         """``rows`` in batches: sorted by length (ties in ``rng``'s random order), packed
