@@ -141,3 +141,17 @@ def test_average_checkpoints_cli_writes_a_loadable_average(tmp_path: Path) -> No
     result = run_script("average_checkpoints.py", a, b, "--out", out, timeout=60)
     assert result.returncode == 0, result.stderr
     torch.testing.assert_close(torch.load(out)["state_dict"]["model.w"], torch.tensor([2.0, 4.0]))
+
+
+def test_a_checkpoint_written_with_model_pad_id_still_loads() -> None:
+    """``model.pad_id`` was removed (always 0, the ``vocab.PAD_ID`` everything shares): a
+    checkpoint's saved model config that has it builds the same model; another value is refused."""
+    from transformer_mt.errors import UserError
+    from transformer_mt.model.config import TransformerConfig
+
+    saved = {"name": "tiny", "n_layers": 1, "d_model": 8, "d_ff": 16, "n_heads": 2, "pad_id": 0}
+    assert TransformerConfig.from_saved(saved) == TransformerConfig(
+        name="tiny", n_layers=1, d_model=8, d_ff=16, n_heads=2
+    )
+    with pytest.raises(UserError, match="pads with an id other than 0"):
+        TransformerConfig.from_saved({**saved, "pad_id": 3})

@@ -160,7 +160,7 @@ def load_model(
         ckpt = _load(sources[0], map_location)
     ckpt_path = sources[-1]
     hparams = ckpt["hyper_parameters"]
-    model = Transformer(TransformerConfig(**hparams["model"]))
+    model = Transformer(TransformerConfig.from_saved(hparams["model"]))
     state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()}
     model.load_state_dict(state)
     tokenizer = Tokenizer(ckpt_path.parent.parent / "tokenizer.model")

@@ -70,7 +70,7 @@ class TranslationModule(L.LightningModule):
         super().__init__()
         # Plain dicts, so a checkpoint rebuilds the model alone; references and gold are data.
         self.save_hyperparameters(ignore=["references", "gold_sets"])
-        self.model_cfg = TransformerConfig(**model)
+        self.model_cfg = TransformerConfig.from_saved(model)
         self.optim_cfg = OptimConfig(**optim)
         self.decode_cfg = DecodeConfig(**decode)
         self.model = Transformer(self.model_cfg)

@@ -49,6 +49,10 @@ REMOVED: dict[str, tuple[object, str]] = {
         "joined examples are drawn at every step (stopping them at a step served no recipe: "
         "+0.04 to -0.29 BLEU at the 35-minute budget)",
     ),
+    "model.pad_id": (
+        0,
+        "the padding id is vocab.PAD_ID, shared by the tokenizer, batches and loss",
+    ),
     "align.threshold": (None, "grow-diag's threshold is align.tau"),
     "align.shift": (False, "align.mode=shift says it"),
     "align.full_context": (False, "align.mode=full says it"),

@@ -31,7 +31,16 @@ class TransformerConfig:
     max_positions: int = 1024
     tie_embeddings: bool = True  # encoder, decoder and pre-softmax weights share one matrix
     vocab_size: int = 0  # set from the tokenizer at build time
-    pad_id: int = 0  # PAD_ID of transformer_mt.model.vocab
+
+    @classmethod
+    def from_saved(cls, saved: dict) -> TransformerConfig:
+        """A checkpoint's model config, written by this or an earlier version: ``pad_id``, which
+        every model had at 0 (the tokenizer, batches and loss share ``vocab.PAD_ID``), is
+        dropped."""
+        saved = dict(saved)
+        if saved.pop("pad_id", 0) != 0:
+            raise UserError("this checkpoint's model pads with an id other than 0: not ours")
+        return cls(**saved)
 
     def __post_init__(self) -> None:
         for key in ("n_layers", "d_model", "d_ff", "n_heads", "max_positions"):

@@ -20,6 +20,7 @@ from transformer_mt.model.embeddings import (
 )
 from transformer_mt.model.layers import DecoderLayer, EncoderLayer
 from transformer_mt.model.masks import decoder_self_mask, padding_mask, without_trivial
+from transformer_mt.model.vocab import PAD_ID
 
 
 @dataclass
@@ -195,11 +196,11 @@ class Transformer(nn.Module):
         if cfg.vocab_size <= 0:
             raise ValueError("model.vocab_size must be set (it comes from the tokenizer)")
         self.cfg = cfg
-        src_tokens = TokenEmbedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        src_tokens = TokenEmbedding(cfg.vocab_size, cfg.d_model, padding_idx=PAD_ID)
         tgt_tokens = (
             src_tokens
             if cfg.tie_embeddings
-            else TokenEmbedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+            else TokenEmbedding(cfg.vocab_size, cfg.d_model, padding_idx=PAD_ID)
         )
         self.encoder = Encoder(cfg, Embed(cfg, src_tokens))
         self.decoder = Decoder(cfg, Embed(cfg, tgt_tokens))
@@ -220,7 +221,7 @@ class Transformer(nn.Module):
             if "tokens" in name:
                 nn.init.normal_(p, std=self.cfg.d_model**-0.5)
                 with torch.no_grad():
-                    p[self.cfg.pad_id].zero_()
+                    p[PAD_ID].zero_()
             elif p.dim() > 1 and "positions" not in name:
                 nn.init.xavier_uniform_(p)
             elif name.endswith("bias"):
@@ -228,7 +229,7 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) -> memory (B, S, D) and its padding mask (B, 1, 1, S)."""
-        src_mask = padding_mask(src, self.cfg.pad_id)
+        src_mask = padding_mask(src, PAD_ID)
         memory, _ = self.encoder(src, src_mask)
         return memory, src_mask
 
@@ -264,13 +265,13 @@ class Transformer(nn.Module):
         Returns:
             logits (B, T, V) and the weights of every layer and head.
         """
-        src_mask = padding_mask(src, self.cfg.pad_id)
+        src_mask = padding_mask(src, PAD_ID)
         memory, encoder = self.encoder(src, src_mask, need_weights=True)
         # The full mask here, so that pad keys get exactly zero weight in what is returned.
         if full_context:
-            self_mask = padding_mask(tgt_in, self.cfg.pad_id)  # (B, 1, 1, T)
+            self_mask = padding_mask(tgt_in, PAD_ID)  # (B, 1, 1, T)
         else:
-            self_mask = decoder_self_mask(tgt_in, self.cfg.pad_id)  # (B, 1, T, T)
+            self_mask = decoder_self_mask(tgt_in, PAD_ID)  # (B, 1, T, T)
         states, decoder, cross = self.decoder(
             tgt_in, memory, src_mask, self_mask, need_weights=True
         )
@@ -298,7 +299,7 @@ class Transformer(nn.Module):
         memory, src_mask = self.encode(src)
         if full_context:  # a second, unmasked pass up to ``layer`` gives the head's weights
             logits = self.decode(tgt_in, memory, src_mask)
-            target_mask = padding_mask(tgt_in, self.cfg.pad_id)  # (B, 1, 1, T)
+            target_mask = padding_mask(tgt_in, PAD_ID)  # (B, 1, 1, T)
             weights = self.decoder.head_weights(tgt_in, memory, src_mask, target_mask, layer, head)
             return logits, weights
         states, _, cross = self.decoder(tgt_in, memory, src_mask, None, cross_head=(layer, head))
