@@ -13,10 +13,11 @@ from transformer_mt import Transformer, TransformerConfig
 from transformer_mt.align.extract import hard_alignment
 from transformer_mt.align.links import alignment_error_rate
 from transformer_mt.align.pieces import piece_links, piece_words
-from transformer_mt.data.batching import collate
 from transformer_mt.data.supervision import supervision
 from transformer_mt.loss import alignment_loss, label_smoothed_nll
 from transformer_mt.model.vocab import EOS_ID
+
+from .batches import collate
 
 # A hand-made vocabulary: ids 0-3 special, then pieces; True where a piece begins a word (▁).
 PIECES = [

@@ -10,6 +10,7 @@ import torch
 
 from transformer_mt.train import run
 
+from .batches import collate
 from .conftest import CONF
 
 pytestmark = pytest.mark.slow  # training runs and subprocesses: not in the fast lane
@@ -200,7 +201,6 @@ def test_out_of_memory_message_names_the_batch_and_the_knobs() -> None:
     from types import SimpleNamespace
 
     from transformer_mt.config import DataConfig
-    from transformer_mt.data.batching import collate
     from transformer_mt.train import out_of_memory_message
 
     rows = [{"src_ids": [5] * 41, "tgt_ids": [6] * 44, "index": i} for i in range(96)]

@@ -12,11 +12,12 @@ import torch
 from omegaconf import OmegaConf
 
 from transformer_mt import Transformer, TransformerConfig
-from transformer_mt.data.batching import collate
 from transformer_mt.decoding import greedy_decode
 from transformer_mt.loss import label_smoothed_nll
 from transformer_mt.model.vocab import EOS_ID
 from transformer_mt.train import run
+
+from .batches import collate
 
 PAIRS = [
     ("el gato negro duerme", "the black cat sleeps"),

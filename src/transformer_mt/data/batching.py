@@ -5,7 +5,6 @@ Legend: B sentences in a batch, S source length, T target length (with BOS/EOS).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
@@ -71,13 +70,6 @@ class Batch:
         return 1.0 - real / (self.src.numel() + self.tgt_out.numel())
 
 
-def pad(seqs: Sequence[Sequence[int]], value: int = PAD_ID) -> Tensor:
-    """Right-pad to the longest sequence: (B, max_len) int64."""
-    lens = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
-    flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=int(lens.sum()))
-    return torch.from_numpy(_pad_flat(flat, lens, value))
-
-
 def round_up(n: np.ndarray | int, multiple: int) -> np.ndarray | int:
     """``n`` rounded up to a multiple of ``multiple`` (1: unchanged)."""
     return -(-n // multiple) * multiple
@@ -138,21 +130,6 @@ def collate_columns(cols: Columns, pad_multiple: int = 1) -> Batch:
         first_rows=tuple(cols.index[:5].tolist()),
         **guided,
     )
-
-
-def collate(rows: list[dict]) -> Batch:
-    """Rows with ``src_ids``/``tgt_ids`` (EOS-terminated) and ``index`` -> ``Batch``."""
-
-    def side(name: str) -> tuple[np.ndarray, np.ndarray]:
-        seqs = [row[name] for row in rows]
-        lens = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
-        flat = itertools.chain.from_iterable(seqs)
-        return np.fromiter(flat, dtype=np.int64, count=int(lens.sum())), lens
-
-    (src, src_lens), (tgt, tgt_lens) = side("src_ids"), side("tgt_ids")
-    index = np.array([int(row["index"]) for row in rows], dtype=np.int64)
-    links = side("links") if "links" in rows[0] else (None, None)
-    return collate_columns(Columns(src, src_lens, tgt, tgt_lens, index, *links))
 
 
 class _ListColumn:
