@@ -345,7 +345,12 @@ def test_gpu_check_without_cuda_says_what_it_skipped_and_exits_0(tmp_path) -> No
     import subprocess
 
     report = tmp_path / "report.md"
-    env = {**__import__("os").environ, "GPU_CHECK_DIR": str(tmp_path / "work")}
+    # the suite's interpreter, not PATH's python3 (a venv need not be activated)
+    env = {
+        **__import__("os").environ,
+        "GPU_CHECK_DIR": str(tmp_path / "work"),
+        "PYTHON": sys.executable,
+    }
     result = subprocess.run(
         ["bash", str(BENCH / "gpu_check.sh"), str(report)],
         capture_output=True,
