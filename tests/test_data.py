@@ -359,3 +359,12 @@ def test_token_rows_read_the_lengths_of_the_split_not_of_the_stored_rows(token_s
     src, tgt = TokenRows(token_split).lengths()
     assert src.tolist() == [len(r) for r in token_split["src_ids"]]
     assert tgt.tolist() == [len(r) for r in token_split["tgt_ids"]]
+
+
+def test_loader_workers_start_from_a_fork_server_not_forked_from_training() -> None:
+    """A worker forked from the training process can inherit a lock another thread held (a
+    two-process run hung so): workers come from a fork server, and none without workers."""
+    from transformer_mt.datamodule import worker_context
+
+    assert worker_context(0) is None
+    assert worker_context(2).get_start_method() == "forkserver"

@@ -41,10 +41,11 @@ def worker_context(num_workers: int) -> multiprocessing.context.BaseContext | No
     (seen under ``trainer=ddp_cpu``: a test loader's worker stuck in CPython's after-fork
     thread-state cleanup, its rank waiting for a batch, the other rank in the all-gather after
     it). The fork server is a fresh single-threaded interpreter started once, so every worker
-    forked from it starts clean; the batching module it preloads keeps each start short.
+    forked from it starts clean; this module, which it imports first (torch, datasets and
+    Lightning with it), keeps each worker's start short.
     """
-    if num_workers == 0:
-        return None  # batches are read in the training process itself
+    if num_workers == 0 or "forkserver" not in multiprocessing.get_all_start_methods():
+        return None  # read in the training process itself; Windows spawns workers (safe)
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(WORKER_MODULES)
     return context
