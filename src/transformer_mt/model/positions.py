@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from transformer_mt.errors import UserError
 
 log = logging.getLogger(__name__)
+_SAID: set[str] = set()  # the warnings given in this process
 
 
 def fit_positions(
@@ -47,5 +48,7 @@ def fit_positions(
     )
     if error:
         raise UserError(f"{said}: shorten or split it")
-    log.warning("%s: their first %d pieces are read", said, keep)
+    if said not in _SAID:  # a command that reads the same lines again (align.py's modes) warns once
+        _SAID.add(said)
+        log.warning("%s: their first %d pieces are read", said, keep)
     return [list(ids[:keep]) for ids in sequences]
