@@ -10,7 +10,7 @@ import multiprocessing.context
 import lightning as L
 import numpy as np
 import torch
-from datasets import DatasetDict
+from datasets import Dataset, DatasetDict
 from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader
 
@@ -38,9 +38,8 @@ def worker_context(num_workers: int) -> multiprocessing.context.BaseContext | No
     By the time a loader starts its workers the training process runs other threads: gloo's,
     the queue feeders and resource sharer of the loaders before it, tqdm's monitor. ``fork``
     copies the locks those threads hold; a worker forked while one was held waits on it forever
-    (seen under ``trainer=ddp_cpu``: a test loader's worker stuck in CPython's after-fork
-    thread-state cleanup, its rank waiting for a batch, the other rank in the all-gather after
-    it). The fork server is a fresh single-threaded interpreter started once, so every worker
+    (in CPython's after-fork thread-state cleanup), its rank waits for a batch, and under DDP
+    the other ranks wait in their next collective. The fork server is a fresh single-threaded interpreter started once, so every worker
     forked from it starts clean; this module, which it imports first (torch, datasets and
     Lightning with it), keeps each worker's start short.
     """
@@ -51,7 +50,7 @@ def worker_context(num_workers: int) -> multiprocessing.context.BaseContext | No
     return context
 
 
-def fit_split(ds, split: str, max_positions: int):
+def fit_split(ds: Dataset, split: str, max_positions: int) -> Dataset:
     """A tokenized evaluation split whose sources and references fit ``max_positions``: a
     longer side keeps its first pieces (and EOS); every row stays, so scores cover the split."""
     src_lens, tgt_lens = TokenRows(ds).lengths()  # EOS included
