@@ -58,8 +58,8 @@ def test_decoding_under_cpu_autocast_stays_finite(tiny_cfg: TransformerConfig) -
     with torch.autocast("cpu", dtype=torch.bfloat16):
         greedy = greedy_decode(model, src, max_len_b=6)
         beams = beam_search(model, src, beam_size=3, max_len_b=6)
-    # a region of its own: on torch 2.6 to 2.10 (not 2.13) autocast's weight cache keeps the casts made
-    # under decoding's inference mode, which a forward with autograd cannot use in that region
+    # a region of its own: on torch 2.6 to 2.10 (not 2.13) autocast's weight cache keeps the
+    # casts made under decoding's inference mode, which a forward with autograd cannot use
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(src, torch.tensor([[2, 5, 6], [2, 8, 0]]))
     assert logits.dtype == torch.bfloat16 and torch.isfinite(logits).all()
