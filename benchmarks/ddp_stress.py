@@ -28,33 +28,7 @@ from machine import describe  # benchmarks/machine.py
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.conftest import write_hub_wmt14  # noqa: E402  (the suite's own small copy)
-
-SIZES = {"train": 160, "validation": 20, "test": 30}  # as tests/test_recipes.py's DDP_SIZES
-
-
-def small_recipe(wmt14: Path, cache: Path) -> list[str]:
-    """The suite's two-process recipe: the paper's base run, made small for 2 cores."""
-    return [
-        "experiment=paper_base_en_de",
-        "trainer=ddp_cpu",
-        f"data.hf_path={wmt14}",
-        f"data.cache_dir={cache}",
-        "data.vocab_size=300",
-        "data.max_tokens=600",
-        "data.valid_max_sentences=12",
-        "model.d_model=32",
-        "model.d_ff=128",
-        "optim.tokens_per_step=1200",
-        "trainer.log_every_n_steps=1",
-        "trainer.enable_progress_bar=false",
-        "trainer.deterministic=true",
-        "trainer.loggers=[csv]",
-        "checkpoint.every_minutes=null",
-        "checkpoint.every_steps=2",
-        "checkpoint.average_last=2",
-        "heatmaps.valid_sentences=0",
-    ]
+from tests.conftest import DDP_SIZES, ddp_recipe, write_hub_wmt14  # noqa: E402  (the suite's)
 
 
 def launch(args: list[str], timeout: float, env: dict) -> tuple[str, float, str]:
@@ -91,8 +65,8 @@ def main() -> None:
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="ddp_stress_"))
     work.mkdir(parents=True, exist_ok=True)
-    wmt14 = write_hub_wmt14(work / "wmt14", SIZES)
-    recipe = small_recipe(wmt14, work / "cache")
+    wmt14 = write_hub_wmt14(work / "wmt14", DDP_SIZES)
+    recipe = ["experiment=paper_base_en_de", "trainer=ddp_cpu", *ddp_recipe(wmt14, work / "cache")]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     print(describe(), flush=True)
     counts = {"ok": 0, "failed": 0, "hung": 0}

@@ -194,3 +194,30 @@ def write_hub_multi30k(folder: Path, sizes: dict[str, int]) -> Path:
             for pair in zip(en, de):
                 f.write(json.dumps({"en": pair[0], "de": pair[1]}, ensure_ascii=False) + "\n")
     return folder
+
+
+# the two-process recipe's copy: 5 test and 3 validation batches at data.max_tokens=600
+DDP_SIZES = {"train": 160, "validation": 20, "test": 30}
+
+
+def ddp_recipe(wmt14: Path, cache: Path) -> list[str]:
+    """The overrides that make ``experiment=paper_base_en_de`` small for two CPU processes, on
+    a ``write_hub_wmt14`` copy of ``DDP_SIZES`` (tests/test_recipes.py, benchmarks/ddp_stress.py)."""
+    return [
+        f"data.hf_path={wmt14}",
+        f"data.cache_dir={cache}",
+        "data.vocab_size=300",
+        "data.max_tokens=600",  # 5 test and 3 validation batches: shards, and a padded repeat
+        "data.valid_max_sentences=12",  # validation BLEU on the first 12 of 20 rows
+        "model.d_model=32",
+        "model.d_ff=128",
+        "optim.tokens_per_step=1200",
+        "trainer.log_every_n_steps=1",
+        "trainer.enable_progress_bar=false",
+        "trainer.deterministic=true",
+        "trainer.loggers=[csv]",
+        "checkpoint.every_minutes=null",
+        "checkpoint.every_steps=2",
+        "checkpoint.average_last=2",
+        "heatmaps.valid_sentences=0",
+    ]

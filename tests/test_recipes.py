@@ -24,15 +24,22 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from .conftest import CONF, ROOT, SHARED, _lines, write_hub_multi30k, write_hub_wmt14
+from .conftest import (
+    CONF,
+    DDP_SIZES,
+    ROOT,
+    SHARED,
+    _lines,
+    ddp_recipe,
+    write_hub_multi30k,
+    write_hub_wmt14,
+)
 from .scripts import run_script
 
 pytestmark = pytest.mark.slow  # training runs and subprocesses
 
 RECIPES = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 SIZES = {"train": 160, "validation": 8, "test": 8}  # rows of the small copies
-# the distributed test's copy: 5 test and 3 validation batches at data.max_tokens=600
-DDP_SIZES = {"train": 160, "validation": 20, "test": 30}
 SHRINK = 16  # every width of the recipe's model, divided by this
 
 
@@ -247,24 +254,7 @@ def test_paper_base_on_two_processes_scores_as_one_process_resumes_and_evaluates
 
     wmt14 = write_hub_wmt14(tmp_path / "wmt14", DDP_SIZES)
     cache, ddp = tmp_path / "cache", tmp_path / "ddp"
-    small = [
-        f"data.hf_path={wmt14}",
-        f"data.cache_dir={cache}",
-        "data.vocab_size=300",
-        "data.max_tokens=600",  # 5 test and 3 validation batches: shards, and a padded repeat
-        "data.valid_max_sentences=12",  # validation BLEU on the first 12 of 20 rows
-        "model.d_model=32",
-        "model.d_ff=128",
-        "optim.tokens_per_step=1200",
-        "trainer.log_every_n_steps=1",
-        "trainer.enable_progress_bar=false",
-        "trainer.deterministic=true",
-        "trainer.loggers=[csv]",
-        "checkpoint.every_minutes=null",
-        "checkpoint.every_steps=2",
-        "checkpoint.average_last=2",
-        "heatmaps.valid_sentences=0",
-    ]
+    small = ddp_recipe(wmt14, cache)
     # One thread per process on both sides (Lightning gives each DDP process cpu_count / 2):
     # then only the sharding differs, not the float rounding of a multi-threaded matmul.
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
