@@ -145,7 +145,9 @@ class Explorer:
             raise UserError(f"n-best {n_best}: use 1 to the beam size ({beam_size})")
         src_ids = self._ids(source, "source")
         cfg = DecodeConfig(beam_size=beam_size, length_penalty=alpha, batch_size=1)
-        read = self.tokenizer.decode([src_ids])[0]  # the source as read: cut already, if long
+        # a whole source is translated as typed, a cut one as read (its first pieces)
+        whole = src_ids == self.tokenizer.encode([source])[0]
+        read = source if whole else self.tokenizer.decode([src_ids])[0]
         found = translate(self.model, self.tokenizer, [read], cfg, n_best)[0]
         return src_ids, [Hypothesis(t.text, list(t.tokens), float(t.score)) for t in found]
 
