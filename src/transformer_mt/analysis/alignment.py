@@ -74,10 +74,11 @@ def corpus_attention(
             ("source", src, src_words, src_pieces),
             ("target", tgt, tgt_words, tgt_pieces),
         ):
-            whole = len(ids) < limit - 1  # not cut by fit_positions
-            if (len(got) - 1 != len(text.split())) if whole else (len(got) - 1 > len(text.split())):
+            expected = len(text.split())
+            cut = len(ids) == limit - 1  # possibly cut: its words up to the cut at most
+            if len(got) - 1 > expected or (not cut and len(got) - 1 != expected):
                 raise ValueError(
-                    f"line {n + 1}: the {side} has {len(text.split())} words but its pieces make "
+                    f"line {n + 1}: the {side} has {expected} words but its pieces make "
                     f"{len(got) - 1} ({got[:-1]}); check that the text is normalised like the "
                     f"tokenizer's training data"
                 )
