@@ -18,7 +18,9 @@ import runpy
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
+from multiprocessing.connection import wait
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PRELOAD = ["torch", "lightning", "hydra", "transformer_mt.train", "transformer_mt.evaluate"]
 
 _context = None
+# Process.start() polls every live child (multiprocessing's _cleanup), and a poll reads the exit
+# status the fork server sends once: a start in one thread racing a join in another leaves the
+# loser an empty pipe, which multiprocessing reports as exit code 255. Starts and the reads of
+# exit statuses take turns; the waits themselves run side by side.
+_TURN = threading.Lock()
 
 
 def _server():
@@ -90,12 +97,15 @@ def run_script(
         child = _server().Process(
             target=_main, args=(str(path), argv, environment, str(cwd), stdin, out, err)
         )
-        child.start()
-        child.join(timeout)
+        with _TURN:
+            child.start()
+        ended = wait([child.sentinel], timeout)
         command = [sys.executable, str(path), *argv]
-        if child.exitcode is None:
-            child.kill()
+        with _TURN:
+            if not ended:
+                child.kill()
             child.join()
+        if not ended:
             raise subprocess.TimeoutExpired(command, timeout)
         stdout, stderr = Path(out).read_bytes(), Path(err).read_bytes()
     if text:
