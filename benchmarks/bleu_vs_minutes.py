@@ -1,91 +1,77 @@
-"""Test BLEU against wall-clock training minutes, from the epoch checkpoints of one run.
+"""Validation BLEU, both ways, against training minutes and against steps, from runs' own logs.
 
-    python benchmarks/bleu_vs_minutes.py outputs/multi30k_en_de_local/small/<run> [--points 6] [--beam 4]
+    python benchmarks/bleu_vs_minutes.py runs/m30k/seed1 runs/m30k/seed2 runs/m30k/seed3 --out bleu.png
 
-Each chosen checkpoint decodes the run's test split (beam 4, α 0.6 by default) and is scored
-with SacreBLEU on detokenized text; minutes come from ``time/minutes`` that training logs at the
-end of every epoch (keep every checkpoint: ``checkpoint.keep_last=-1``). Prints a table and
-writes ``bleu_vs_minutes.png`` into the run directory.
+A run logs, at every validation (``trainer.val_check_interval``), SacreBLEU (``val/bleu``), the
+tokenized BLEU its data's literature reports (for Multi30k ``val/bleu_tokenized_lowercase``) and
+the training minutes so far (``val/minutes``). Those are greedy translations from the weights of
+that moment, not the averaged checkpoints and beam search of the final evaluation: the curve
+shows how a run gets there, the final evaluation what it reaches. Nothing is decoded here.
+Prints a table per run and draws two panels (minutes, steps) into ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import re
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from machine import describe  # noqa: E402  (benchmarks/machine.py)
 
-from transformer_mt.checkpoint import load_model, run_data_config  # noqa: E402
-from transformer_mt.config import DecodeConfig  # noqa: E402
-from transformer_mt.data.sources import load_corpus  # noqa: E402
-from transformer_mt.decoding import translate  # noqa: E402
-from transformer_mt.metrics import corpus_bleu  # noqa: E402
+from transformer_mt.viz.curves import read_metrics  # noqa: E402
+
+KEYS = {"val/bleu": "SacreBLEU", "val/bleu_tokenized_lowercase": "tokenized lowercased BLEU"}
 
 
-def epoch_minutes(run: Path) -> dict[int, float]:
-    minutes = {}
-    with open(run / "logs" / "metrics.csv", newline="") as f:
-        for row in csv.DictReader(f):
-            if row.get("time/minutes"):
-                minutes[int(row["epoch"])] = float(row["time/minutes"])
-    return minutes
+def points(run: Path) -> list[tuple[int, float, dict[str, float]]]:
+    """(step, minutes, {key: BLEU}) at each validation the run logged with its minutes."""
+    series = read_metrics(run)
+    minutes = dict(series.get("val/minutes", []))
+    found = []
+    for step, value in sorted(minutes.items()):
+        bleus = {key: dict(series.get(key, [])).get(step) for key in KEYS}
+        found.append((step, value, {k: v for k, v in bleus.items() if v is not None}))
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("run", type=Path)
-    parser.add_argument(
-        "--points", type=int, default=6, help="checkpoints to score, spread over the run"
-    )
-    parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("runs", type=Path, nargs="+")
+    parser.add_argument("--out", type=Path, default=Path("bleu_vs_minutes.png"))
+    parser.add_argument("--title", default="experiment=multi30k_cpu, validation (greedy)")
     args = parser.parse_args()
-    print(describe())
-    print(describe())
 
-    minutes = epoch_minutes(args.run)
-    ckpts = sorted(
-        (int(m.group(1)), p)
-        for p in (args.run / "checkpoints").glob("epoch=*-step=*.ckpt")
-        if (m := re.match(r"epoch=(\d+)-", p.name))
-    )
-    if not ckpts:
-        raise SystemExit(f"{args.run}/checkpoints has no epoch checkpoints")
-    step = max(1, len(ckpts) // args.points)
-    chosen = ckpts[step - 1 :: step][-args.points :]
-    if chosen[-1] != ckpts[-1]:
-        chosen[-1] = ckpts[-1]
-    data = run_data_config(args.run)
-    test = load_corpus(data)["test"]
-    decode = DecodeConfig(beam_size=args.beam, length_penalty=args.alpha, batch_size=64)
-    points = []
-    print(
-        f"{data.name} test ({len(test)} sentences), beam {args.beam}, α {args.alpha}, SacreBLEU 13a"
-    )
-    print(f"{'epoch':>5} {'minutes':>8} {'BLEU':>6}")
-    for epoch, path in chosen:
-        model, tokenizer, _ = load_model(path)
-        hyps = [r[0].text for r in translate(model, tokenizer, list(test["src"]), decode)]
-        bleu = corpus_bleu(hyps, list(test["tgt"]))
-        points.append((minutes.get(epoch, float("nan")), bleu.score))
-        print(f"{epoch + 1:>5} {points[-1][0]:>8.1f} {bleu.score:>6.2f}")
-    print(f"signature: {bleu.signature}")
-    fig, ax = plt.subplots(figsize=(5, 3.4))
-    ax.plot(*zip(*points), marker="o")
-    ax.set_xlabel("training wall-clock minutes")
-    ax.set_ylabel(f"test SacreBLEU (beam {args.beam})")
-    ax.set_title(data.name, fontsize=10)
-    ax.grid(alpha=0.3)
+    fig, (by_minutes, by_steps) = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, run in enumerate(args.runs):
+        found = points(run)
+        if not found:
+            raise SystemExit(f"{run}: no validation with val/minutes in its logs")
+        print(f"{run.name}: step, minutes, " + ", ".join(KEYS.values()))
+        for step, minute, bleus in found:
+            print(f"  {step:>6} {minute:7.1f} " + " ".join(f"{bleus.get(k, float('nan')):6.2f}" for k in KEYS))
+        for key, style in zip(KEYS, ("-", "--")):
+            rows = [(s, m, b[key]) for s, m, b in found if key in b]
+            if not rows:
+                continue
+            steps, minutes, values = zip(*rows)
+            label = f"{run.name}, {KEYS[key]}"
+            by_minutes.plot(minutes, values, style, color=colours[i % len(colours)], marker=".", label=label)
+            by_steps.plot(steps, values, style, color=colours[i % len(colours)], marker=".")
+    by_minutes.set_xlabel("training minutes (2 CPU cores)")
+    by_steps.set_xlabel("optimizer steps")
+    by_minutes.set_ylabel("validation BLEU")
+    for ax in (by_minutes, by_steps):
+        ax.grid(alpha=0.3)
+    by_minutes.legend(fontsize=7)
+    fig.suptitle(args.title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(args.run / "bleu_vs_minutes.png", dpi=130)
+    fig.savefig(args.out, dpi=120)
+    print(f"written: {args.out}")
 
 
 if __name__ == "__main__":

@@ -43,6 +43,19 @@ def summary(run_dir: Path, step_tokens_per_s: float | None = None) -> list[str]:
         f"test BLEU {metrics['test_bleu']} ({metrics['test_sentences']} sentences), "
         f"valid BLEU {metrics.get('val_bleu')}, test ppl {metrics.get('test_ppl')}"
     )
+    final = metrics.get("final")
+    if final:  # the recipe's final evaluation (final: in its config)
+        lines.append(
+            f"final evaluation: {len(final['checkpoints'])} checkpoint(s) averaged, beam "
+            f"{final['beam_size']}, α {final['length_penalty']} (both chosen on valid)"
+        )
+        for name, scores in final["splits"].items():
+            tokenized = scores.get("bleu_tokenized_lowercase")
+            lines.append(
+                f"  {name}: SacreBLEU {scores['bleu']}"
+                + (f", tokenized lowercased BLEU {tokenized}" if tokenized is not None else "")
+                + f" ({scores['sentences']} sentences)"
+            )
     return lines
 
 

@@ -1,7 +1,7 @@
 """Export a trained run to Hugging Face Transformers as a MarianMTModel (pip install -e ".[hf]").
 
     python scripts/export_hf.py outputs/demo_es_en/tiny/<run>                      # -> <run>/hf
-    python scripts/export_hf.py <run> --average-last 5 --out demo_hf
+    python scripts/export_hf.py <run> --average-last 5 --out demo_hf --repo-id me/demo-es-en --license cc-by-4.0
 
 The directory loads with no code of ours, and its logits are ours:
 
@@ -11,9 +11,11 @@ The directory loads with no code of ours, and its logits are ours:
     batch = tokenizer(["el gato negro duerme en casa"], return_tensors="pt")
     print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 
-It holds the weights, config.json, generation_config.json (beam 4, the run's length penalty),
-the tokenizer (our SentencePiece model as Marian's) and a model card (README.md: data, config,
-test BLEU, the commands that made it). A run Transformers cannot express exactly (pre-LN,
+It holds the weights, config.json, generation_config.json (the run's beam size and length
+penalty), the tokenizer (our SentencePiece model as Marian's; inputs cut to the model's positions
+with truncation=True) and a model card safe to publish (README.md: the Hub header, data and its
+terms, scores, the command that made it, the settings that define it; no local path). An --out
+that holds files is refused unless --overwrite. A run Transformers cannot express exactly (pre-LN,
 learned positions, d_k different from d_model / h) is refused with the reason, nothing written.
 """
 
@@ -36,8 +38,22 @@ def main() -> None:
     parser.add_argument(
         "--average-last", type=int, default=1, help="average the run's last N checkpoints"
     )
+    parser.add_argument(
+        "--license",
+        default="other",
+        help="the weights' licence on the Hub (e.g. cc-by-4.0; default other): the card names "
+        "the training data's terms beside it",
+    )
+    parser.add_argument(
+        "--repo-id", help="the Hub id it will be uploaded as (user/name), for the card's example"
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace what --out holds already"
+    )
     args = parser.parse_args()
-    out = export_hf(args.run_dir, args.out, args.average_last)
+    out = export_hf(
+        args.run_dir, args.out, args.average_last, args.license, args.repo_id, args.overwrite
+    )
     print(f"wrote {out}: AutoModelForSeq2SeqLM.from_pretrained({str(out)!r})")
 
 

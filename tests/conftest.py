@@ -180,22 +180,6 @@ def write_hub_wmt14(folder: Path, sizes: dict[str, int], max_words: int = 30) ->
     return folder
 
 
-def write_hub_multi30k(folder: Path, sizes: dict[str, int]) -> Path:
-    """A small copy of the hub's ``bentrevett/multi30k``: JSON lines per split, one column per
-    language (``{"en": ..., "de": ...}``), from the shared Multi30k files."""
-    import json
-
-    where = SHARED / "multi30k_task1"
-    files = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, n in sizes.items():
-        en, de = (_lines(where / f"{files[split]}.{lang}.gz")[:n] for lang in ("en", "de"))
-        with open(folder / f"{split}.jsonl", "w", encoding="utf-8") as f:
-            for pair in zip(en, de):
-                f.write(json.dumps({"en": pair[0], "de": pair[1]}, ensure_ascii=False) + "\n")
-    return folder
-
-
 # the two-process recipe's copy: 5 test and 3 validation batches at data.max_tokens=600
 DDP_SIZES = {"train": 160, "validation": 20, "test": 30}
 

@@ -108,6 +108,24 @@ CASES = {
         {},
         r"trainer.devices=4096 asks for 4096 CPU cores, but this machine has \d+",
     ),
+    "train final.splits naming a test set the data lacks": (
+        "train.py",
+        lambda p: ["final.splits=[test,test2017]", f"hydra.run.dir={p.tmp / 'final'}"],
+        {},
+        r"final.splits names test2017, which data=demo_es_en does not hold \(it has test\)",
+    ),
+    "train final.average_last of zero checkpoints": (
+        "train.py",
+        lambda p: ["final.splits=[test]", "final.average_last=[0,5]", f"hydra.run.dir={p.tmp / 'avg'}"],
+        {},
+        r"final.average_last=\[0, 5\]: give the checkpoint counts to try, each 1 or more",
+    ),
+    "evaluate split= a test set the data lacks": (
+        "evaluate.py",
+        lambda p: [f"run_dir={p.run}", "split=test2017"],
+        {},
+        r"split=test2017: data=demo_es_en has train, valid, test; further test sets come from",
+    ),
     "train trainer.num_nodes with no cluster environment": (
         "train.py",
         lambda p: ["trainer.num_nodes=2", f"hydra.run.dir={p.tmp / 'nodes'}"],

@@ -74,3 +74,33 @@ def test_tokenized_lowercase_bleu_by_hand() -> None:
     assert score.signature.startswith("moses-tok+lc|") and "tok:none" in score.signature
     # cased 13a SacreBLEU counts "Ein"/"ein" apart: a lower figure on the same output
     assert corpus_bleu(hyp, ref).score < score.score
+
+
+def test_a_multi30k_hypothesis_file_is_scored_both_ways_by_hand(tmp_path) -> None:
+    """What the final evaluation and evaluate.py report for Multi30k: cased 13a SacreBLEU and the
+    literature's Moses-tokenized lowercased BLEU, on one hypothesis file, both by hand.
+
+    hyp: Ein Hund läuft über die Wiese .          (7 tokens either way)
+    ref: ein brauner Hund läuft über die Wiese .  (8 tokens)
+    SacreBLEU (cased: "Ein" is not "ein"): 6/7, 5/6, 4/5, 3/4.  Lowercased: 7/7, 5/6, 4/5, 3/4.
+    """
+    from transformer_mt.config import DataConfig
+    from transformer_mt.evaluate import score_translations
+
+    hyp_file = tmp_path / "hyp.txt"
+    hyp_file.write_text("Ein Hund läuft über die Wiese.\n", encoding="utf-8")
+    hyps = hyp_file.read_text(encoding="utf-8").splitlines()
+    refs = ["ein brauner Hund läuft über die Wiese ."]
+    data = DataConfig(name="multi30k_en_de", src_lang="en", tgt_lang="de", cache_dir=str(tmp_path))
+    scores, lines = score_translations(hyps, refs, data)
+    brevity = math.exp(1 - 8 / 7)
+    assert scores["bleu"] == round(100 * brevity * (6 / 7 * 5 / 6 * 4 / 5 * 3 / 4) ** 0.25, 2)
+    assert scores["bleu_tokenized_lowercase"] == round(
+        100 * brevity * (7 / 7 * 5 / 6 * 4 / 5 * 3 / 4) ** 0.25, 2
+    )
+    assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert any("Multi30k-comparable (Moses-tokenized, lowercased) BLEU" in line for line in lines)
+    # another data set's target in German: the paper's compound-split BLEU, not the lowercased
+    wmt = DataConfig(name="wmt14_en_de", src_lang="en", tgt_lang="de", cache_dir=str(tmp_path))
+    other, _ = score_translations(hyps, refs, wmt)
+    assert "bleu_tokenized_lowercase" not in other and "bleu_tokenized_compound_split" in other

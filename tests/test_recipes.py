@@ -31,7 +31,6 @@ from .conftest import (
     SHARED,
     _lines,
     ddp_recipe,
-    write_hub_multi30k,
     write_hub_wmt14,
 )
 from .scripts import run_script
@@ -49,7 +48,14 @@ def corpora(tmp_path_factory) -> dict[str, list[str]]:
     tmp = tmp_path_factory.mktemp("recipe_data")
     wmt14 = write_hub_wmt14(tmp / "wmt14", SIZES, max_words=15)  # an untrained model's
     # output runs to the length limit, |x| + 50: short sources keep decoding short
-    multi30k = write_hub_multi30k(tmp / "multi30k", SIZES)
+    multi30k = tmp / "multi30k"  # the first rows of each release file, test2017 and COCO too
+    multi30k.mkdir()
+    for name in ("train", "val", "test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"):
+        rows = SIZES["train"] if name == "train" else SIZES["test"]
+        for lang in ("en", "de"):
+            lines = _lines(SHARED / "multi30k_task1" / f"{name}.{lang}.gz")[:rows]
+            with gzip.open(multi30k / f"{name}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("".join(line + "\n" for line in lines))
     anki = tmp / "anki"  # every 200th pair of the Anki files: short and long sentences
     anki.mkdir()
     for lang in ("es", "en"):
@@ -59,7 +65,7 @@ def corpora(tmp_path_factory) -> dict[str, list[str]]:
     return {
         "wmt14_en_de": [f"data.hf_path={wmt14}"],
         "wmt14_en_fr": [f"data.hf_path={wmt14}"],
-        "multi30k_en_de": [f"data.hf_path={multi30k}"],
+        "multi30k_en_de": [f"data.local_dir={multi30k}"],
         "anki_es_en": [f"data.local_dir={anki}", "data.holdout={valid:8,test:8}"],
     }
 
@@ -170,15 +176,44 @@ def test_every_recipe_trains_tests_and_reports(
     for key, value in own.items():
         if key not in changed:
             assert OmegaConf.select(saved, key) == value, (name, key)
-    if name == "multi30k_base_gpu":  # evaluate.py adds the Multi30k literature's BLEU
-        scored = run_script("evaluate.py", f"run_dir={tmp_path / 'run'}", "ckpt.average_last=1")
+    if cfg.final.splits:  # the recipe's own final evaluation, written into metrics.json
+        check_final_evaluation(metrics, cfg, tmp_path / "run")
+    if name == "multi30k_base_gpu":  # evaluate.py scores a further test set the same way
+        scored = run_script(
+            "evaluate.py", f"run_dir={tmp_path / 'run'}", "ckpt.average_last=1", "split=test2017"
+        )
         assert scored.returncode == 0, scored.stderr[-3000:]
         assert "Multi30k-comparable (Moses-tokenized, lowercased) BLEU: " in scored.stdout
         found = json.loads(next((tmp_path / "run" / "eval").glob("*/scores.json")).read_text())
-        assert 0 <= found["bleu_tokenized_lowercase"] <= 100
+        assert found["sentences"] == SIZES["test"] and 0 <= found["bleu_tokenized_lowercase"] <= 100
     if cfg.align.gold:  # the alignment recipes score their heads on their gold sets
         assert set(metrics["aer"]) == set(cfg.align.gold)
         assert all(0 <= s["guided_head"] <= 1 for s in metrics["aer"].values())
+
+
+def check_final_evaluation(metrics: dict, cfg: DictConfig, run_dir: Path) -> None:
+    """What ``final:`` promises: choices on valid, each test split decoded once and scored both
+    ways, its hypotheses on disk and its figures those of that file."""
+    from transformer_mt.data.sources import load_corpus
+    from transformer_mt.evaluate import score_translations
+
+    final = metrics["final"]
+    assert list(final["splits"]) == list(cfg.final.splits)
+    # two steps leave last.ckpt alone: the count 1 is tried, the larger ones found missing
+    assert [r["average_last"] for r in final["valid"]["average_last"]] == [1]
+    assert [r["length_penalty"] for r in final["valid"]["length_penalty"]] == list(
+        cfg.final.length_penalties
+    )
+    assert final["length_penalty"] in cfg.final.length_penalties
+    assert final["beam_size"] == cfg.final.beam_size
+    data = OmegaConf.to_object(cfg.data)
+    corpus = load_corpus(data)
+    for split, scores in final["splits"].items():
+        hyps = (run_dir / "final" / f"{split}.hyp.txt").read_text(encoding="utf-8").splitlines()
+        assert len(hyps) == scores["sentences"] == len(corpus[split])
+        again, _ = score_translations(hyps, corpus[split]["tgt"], data)
+        assert {k: scores[k] for k in again} == again
+        assert 0 <= scores["bleu_tokenized_lowercase"] <= 100
 
 
 DDP_LAUNCH_SECONDS = 300  # one of the test's launches takes 15-40 s on 2 cores

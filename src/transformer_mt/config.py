@@ -114,6 +114,8 @@ class DataConfig:
     num_workers: int = 0  # DataLoader workers
     cache_dir: str = MISSING
     example: str | None = None  # a source sentence whose attention is drawn after training
+    # the corpus's licence or terms, named in an exported model card (scripts/export_hf.py)
+    license: str | None = None
 
     def split_files(self) -> dict[str, list[str]]:
         """Per split, the files to read: ``files``, or ``local_files`` inside ``local_dir``."""
@@ -305,6 +307,44 @@ class TrainCheckpointsConfig:
 
 
 @dataclass
+class FinalEvalConfig:
+    """``final:`` of train.yaml: the evaluation a paper reports, run once after training (rank 0).
+
+    Every choice is made on the validation split: how many of the last checkpoints to average
+    (of ``average_last``, by greedy BLEU), then the length penalty α (of ``length_penalties``,
+    by BLEU of beam search of ``beam_size``). Then each split of ``splits`` is decoded once with
+    those settings and scored as ``scripts/evaluate.py`` scores it: test splits are scored,
+    never consulted. Off (no ``splits``) by default.
+    """
+
+    splits: list[str] = field(default_factory=list)  # e.g. [test, test2017, mscoco2017]
+    average_last: list[int] = field(default_factory=lambda: [1])  # e.g. [1, 5, 10]
+    beam_size: int = 5
+    length_penalties: list[float] = field(default_factory=lambda: [0.6, 1.0, 1.4])
+
+    def __post_init__(self) -> None:
+        if not self.splits:
+            return
+        if self.beam_size < 2:
+            raise UserError(
+                f"final.beam_size={self.beam_size}: the final evaluation chooses α among beam "
+                "hypotheses; give 2 or more, or final.splits=[] for none"
+            )
+        if not self.length_penalties:
+            raise UserError("final.length_penalties is empty: give the α values to try")
+        if not self.average_last or min(self.average_last) < 1:
+            raise UserError(
+                f"final.average_last={list(self.average_last)}: give the checkpoint counts to "
+                "try, each 1 or more (1: the last checkpoint alone)"
+            )
+        if "valid" in self.splits or "train" in self.splits:
+            raise UserError(
+                f"final.splits={list(self.splits)}: valid chooses α and train is trained on; "
+                "name test splits only"
+            )
+
+
+@dataclass
 class TrainConfig:
     """The primary config of ``scripts/train.py`` (``conf/train.yaml``)."""
 
@@ -316,6 +356,7 @@ class TrainConfig:
     heatmaps: HeatmapConfig = field(default_factory=HeatmapConfig)
     align: AlignConfig = field(default_factory=AlignConfig)
     checkpoint: TrainCheckpointsConfig = field(default_factory=TrainCheckpointsConfig)
+    final: FinalEvalConfig = field(default_factory=FinalEvalConfig)
     seed: int = 1234
     output_dir: str = MISSING  # the run directory (Hydra's)
     resume: str | None = None  # a run directory to continue (scripts/train.py resume=<run dir>)

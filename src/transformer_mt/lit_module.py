@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
 import lightning as L
@@ -47,6 +47,7 @@ class TranslationModule(L.LightningModule):
         references: dict[str, Sequence[str]] | None = None,
         guided: dict | None = None,
         gold_sets: Sequence[GoldSet] = (),
+        literature_bleus: dict[str, Callable] | None = None,
     ) -> None:
         """
         Args:
@@ -66,10 +67,13 @@ class TranslationModule(L.LightningModule):
                 the method and tau.
             gold_sets: gold alignments scored at every validation (``val/aer_<name>``: the
                 guided head's AER, and the best layer's with heads averaged).
+            literature_bleus: tokenized BLEUs logged beside SacreBLEU as ``<split>/<key>``
+                (``metrics.literature_bleus`` for the data, the target language bound):
+                ``{key: bleu(hypotheses, references) -> Score}``.
         """
         super().__init__()
         # Plain dicts, so a checkpoint rebuilds the model alone; references and gold are data.
-        self.save_hyperparameters(ignore=["references", "gold_sets"])
+        self.save_hyperparameters(ignore=["references", "gold_sets", "literature_bleus"])
         self.model_cfg = TransformerConfig.from_saved(model)
         self.optim_cfg = OptimConfig(**optim)
         self.decode_cfg = DecodeConfig(**decode)
@@ -88,6 +92,7 @@ class TranslationModule(L.LightningModule):
             )
             self.align_weight = guided["weight"]
         self.gold_sets = list(gold_sets)
+        self.literature_bleus = dict(literature_bleus or {})
         self.batch_in_flight: Batch | None = None  # for error messages (out of memory)
         self.validated_at_step: int | None = None  # the step of the last validation
         # trainer.compile: translation_loss and guided_translation_loss compiled (configure_model)
@@ -250,8 +255,10 @@ class TranslationModule(L.LightningModule):
         references = self.references.get(data_split)
         if references is not None and self._outputs[split]:
             rows, hyps = self.detokenized(split)
-            bleu = corpus_bleu(hyps, [references[r] for r in rows])
-            self._log_everywhere(f"{split}/bleu", bleu.score, prog_bar=True)
+            refs = [references[r] for r in rows]
+            self._log_everywhere(f"{split}/bleu", corpus_bleu(hyps, refs).score, prog_bar=True)
+            for key, bleu in self.literature_bleus.items():
+                self._log_everywhere(f"{split}/{key}", bleu(hyps, refs).score)
 
     def on_validation_epoch_end(self) -> None:
         self._end_eval("val", "valid")

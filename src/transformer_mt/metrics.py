@@ -92,3 +92,15 @@ def _moses_bleu(
         [prepare(h) for h in hypotheses], [[prepare(r) for r in references]]
     )
     return Score(name, result.score, f"{tag}|{metric.get_signature()}", str(result))
+
+
+def literature_bleus(data_name: str, tgt_lang: str) -> dict[str, Callable[..., Score]]:
+    """The tokenized BLEUs a data set's literature reports beside SacreBLEU, by their key in
+    scores and logs: the paper's compound-split BLEU for a German target (its Table 2), the
+    lowercased BLEU for Multi30k. Each is called as ``bleu(hypotheses, references, lang=...)``."""
+    found: dict[str, Callable[..., Score]] = {}
+    if tgt_lang == "de":
+        found["bleu_tokenized_compound_split"] = compound_split_bleu
+    if data_name.startswith("multi30k"):
+        found["bleu_tokenized_lowercase"] = tokenized_lowercase_bleu
+    return found

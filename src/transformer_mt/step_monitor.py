@@ -222,6 +222,11 @@ class StepReporter(L.Callback):
         # Wall-clock minutes since fit started, so curves can be read against time.
         pl_module.log("time/minutes", (time.perf_counter() - self._fit_start) / 60.0)
 
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        # the training minutes at each validation, so its BLEU can be read against time
+        if not trainer.sanity_checking:
+            pl_module.log("val/minutes", (time.perf_counter() - self._fit_start) / 60.0)
+
     def report(self, trainer: L.Trainer) -> None:
         """Read the steps since the last report (one host read), log them, and guard."""
         self._reported_at = step = trainer.global_step

@@ -7,6 +7,7 @@ What a run prints and writes at its end (test BLEU, AER, heatmaps, curves) is ``
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import logging
@@ -35,6 +36,7 @@ from transformer_mt.callbacks import (
 from transformer_mt.config import (
     AlignConfig,
     DataConfig,
+    FinalEvalConfig,
     TrainCheckpointsConfig,
     TrainerConfig,
     check_keys,
@@ -43,7 +45,9 @@ from transformer_mt.data.batching import Batch
 from transformer_mt.datamodule import TranslationDataModule
 from transformer_mt.distributed import check_devices
 from transformer_mt.errors import UserError
+from transformer_mt.evaluate import final_evaluation
 from transformer_mt.lit_module import TranslationModule
+from transformer_mt.metrics import literature_bleus
 from transformer_mt.reporting import (
     aer_report,
     draw_curves,
@@ -66,6 +70,7 @@ def run(cfg: DictConfig) -> dict:
     started = time.perf_counter()
     check_keys(cfg)
     check_positions(cfg.model, OmegaConf.to_object(cfg.data))
+    final = check_final(OmegaConf.to_object(cfg.final), OmegaConf.to_object(cfg.data))
     check_devices(cfg.trainer.accelerator, cfg.trainer.devices, cfg.trainer.num_nodes)
     out, resume_from = prepare_run_dir(cfg)
     L.seed_everything(cfg.seed, workers=True)
@@ -92,8 +97,25 @@ def run(cfg: DictConfig) -> dict:
             module.model, datamodule, OmegaConf.to_object(cfg.heatmaps), out, module.reading
         )
         draw_curves(out)
+        if final.splits:
+            metrics["final"] = final_evaluation(out, final, datamodule.cfg)
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
     return metrics
+
+
+def check_final(final: FinalEvalConfig, data: DataConfig) -> FinalEvalConfig:
+    """The splits ``final.splits`` names exist, checked before training rather than after it."""
+    named = {"test"}
+    if data.source == "local" or data.local_dir is not None:
+        named |= set(data.split_files())
+    missing = [name for name in final.splits if name not in named]
+    if missing:
+        raise UserError(
+            f"final.splits names {', '.join(missing)}, which data={data.name} does not hold "
+            f"(it has {', '.join(sorted(named - {'train', 'valid'}))}); further test sets come "
+            "from the files that data.local_files (with data.local_dir) or data.files names"
+        )
+    return final
 
 
 def check_positions(model: DictConfig, data: DataConfig) -> None:
@@ -156,6 +178,10 @@ def build_module(
         references={split: list(datamodule.text[split]["tgt"]) for split in ("valid", "test")},
         guided=guided_settings(cfg),
         gold_sets=gold_sets(cfg, datamodule.tokenizer),
+        literature_bleus={
+            key: functools.partial(bleu, lang=cfg.data.tgt_lang)
+            for key, bleu in literature_bleus(cfg.data.name, cfg.data.tgt_lang).items()
+        },
     )
     n_params = sum(p.numel() for p in module.model.parameters())
     log.info(

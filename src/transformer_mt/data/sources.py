@@ -61,7 +61,8 @@ def demo_files(cfg: DataConfig) -> dict[str, str]:
 
 
 def load_corpus(cfg: DataConfig) -> DatasetDict:
-    """The raw text pairs of ``cfg``'s corpus: splits train/valid/test, columns src and tgt.
+    """The raw text pairs of ``cfg``'s corpus: splits train/valid/test (and further test sets that
+    ``data.files`` or ``data.local_files`` name, e.g. Multi30k's test2017), columns src and tgt.
 
     A training subset (``train_subset``) is taken here, before anything is tokenized.
     """
@@ -75,8 +76,10 @@ def load_corpus(cfg: DataConfig) -> DatasetDict:
     elif cfg.source == "hub" and cfg.local_dir is None:
         corpus = _load_hub(cfg)
     else:
+        # train/valid/test, then any further test sets the files name (Multi30k's test2017...)
+        names = [*SPLITS, *(name for name in cfg.split_files() if name not in SPLITS)]
         corpus = DatasetDict(
-            {split: load_local(cfg, split) for split in SPLITS if split not in cfg.holdout}
+            {split: load_local(cfg, split) for split in names if split not in cfg.holdout}
         )
     for split, ds in corpus.items():
         if len(ds) == 0:

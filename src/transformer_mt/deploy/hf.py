@@ -16,8 +16,8 @@ ReLU. So the export is exact, with three differences handled here rather than pa
 - **the tokenizer.** Our one joint SentencePiece model serves as Marian's source and target
   model, with a ``vocab.json`` that maps each piece to the id SentencePiece gives it.
 
-Generation defaults (``generation_config.json``) are the run's: beam 4 (``decode.beam_size``),
-its length penalty α. Transformers divides a hypothesis's log-probability by ``length ** α``,
+Generation defaults (``generation_config.json``) are the run's: the beam size and length penalty
+α its final evaluation chose on validation, else its ``decode`` config. Transformers divides a hypothesis's log-probability by ``length ** α``,
 our ``decode.length_norm=power``; our default ``gnmt`` divides by ``((5 + length) / 6) ** α``,
 which Transformers does not offer, so a beam can end on another hypothesis where two are
 close (``docs/deploy.md`` has the measured share). The length limit is one for every input
@@ -191,12 +191,12 @@ def to_marian(model: Transformer):
     return marian.eval()
 
 
-def generation_config(model: Transformer, length_penalty: float = 0.6):
-    """The paper's search as scripts/evaluate.py runs it (beam 4, the run's α) in Transformers'
-    ``GenerationConfig``; BOS and PAD are never generated, as in our search."""
+def generation_config(model: Transformer, beam_size: int = 4, length_penalty: float = 0.6):
+    """The run's search (``decoding_settings``) in Transformers' ``GenerationConfig``; BOS and
+    PAD are never generated, as in our search."""
     transformers = require_transformers()
     return transformers.GenerationConfig(
-        num_beams=4,
+        num_beams=beam_size,
         length_penalty=length_penalty,
         max_length=model.cfg.max_positions,
         early_stopping=True,
@@ -208,8 +208,24 @@ def generation_config(model: Transformer, length_penalty: float = 0.6):
     )
 
 
-def write_tokenizer(tokenizer: Tokenizer, out: Path, source_lang: str, target_lang: str) -> None:
-    """Our SentencePiece model as Marian's source and target models, and its vocabulary."""
+def decoding_settings(cfg, metrics: dict) -> tuple[int, float, str]:
+    """Beam size, length penalty α and where they come from: the run's final evaluation (chosen
+    on its validation set) if it made one, else its ``decode`` config."""
+    final = metrics.get("final")
+    if final:
+        return final["beam_size"], final["length_penalty"], "chosen on validation by the run's final evaluation"
+    decode = cfg.get("decode", {})
+    return decode.get("beam_size", 1), decode.get("length_penalty", 0.6), "the run's decode config"
+
+
+def write_tokenizer(
+    tokenizer: Tokenizer, out: Path, source_lang: str, target_lang: str, max_length: int
+) -> None:
+    """Our SentencePiece model as Marian's source and target models, and its vocabulary.
+
+    ``max_length``: the model's positions, the tokenizer's ``model_max_length``, so that
+    ``tokenizer(text, truncation=True)`` cuts a long input to what the model reads.
+    """
     sp = tokenizer.sp
     specials = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
     for id_, piece in specials.items():
@@ -226,16 +242,25 @@ def write_tokenizer(tokenizer: Tokenizer, out: Path, source_lang: str, target_la
         "unk_token": "<unk>",
         "eos_token": "</s>",
         "pad_token": "<pad>",
-        "model_max_length": 1_000_000,
+        "model_max_length": max_length,
         "separate_vocabs": False,
     }
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
 
 
-def export_hf(run_dir: str | Path, out: str | Path | None = None, average_last: int = 1) -> Path:
+def export_hf(
+    run_dir: str | Path,
+    out: str | Path | None = None,
+    average_last: int = 1,
+    license: str = "other",
+    repo_id: str | None = None,
+    overwrite: bool = False,
+) -> Path:
     """Write ``run_dir``'s model (its last ``average_last`` checkpoints averaged) as a directory
     that ``transformers`` loads with no code of ours: weights, config, generation config,
-    tokenizer and a model card. Returns the directory (default ``RUN_DIR/hf``)."""
+    tokenizer and a model card safe to publish (``model_card``). Returns the directory (default
+    ``RUN_DIR/hf``). A folder that holds files already is refused unless ``overwrite``, which
+    empties it first (no stale file from an earlier export stays)."""
     require_transformers()
     if not Path(run_dir).exists():
         raise UserError(f"{run_dir} does not exist: pass a run directory of scripts/train.py")
@@ -244,29 +269,130 @@ def export_hf(run_dir: str | Path, out: str | Path | None = None, average_last: 
         raise UserError(
             f"{run} has no {TOKENIZER_FILE}: export a run directory written by scripts/train.py"
         )
+    out = Path(out) if out is not None else run / "hf"
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise UserError(
+            f"{out} holds files already: pass --overwrite to replace them, or another --out"
+        )
     model, tokenizer, checkpoints = load_model(run_dir, average_last=average_last)
     cfg = load_run_config(run)
-    alpha = cfg.get("decode", {}).get("length_penalty", 0.6)
+    metrics_path = run / "metrics.json"
+    metrics = json.loads(metrics_path.read_text(encoding="utf-8")) if metrics_path.is_file() else {}
+    beam, alpha, _ = decoding_settings(cfg, metrics)
     marian = to_marian(model)  # refuses what Marian cannot express, before anything is written
-    marian.generation_config = generation_config(model, alpha)
-    out = Path(out) if out is not None else run / "hf"
-    out.mkdir(parents=True, exist_ok=True)
+    marian.generation_config = generation_config(model, beam, alpha)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
     marian.save_pretrained(out)
     data = cfg.get("data", {})
-    write_tokenizer(tokenizer, out, data.get("src_lang", "src"), data.get("tgt_lang", "tgt"))
-    (out / "README.md").write_text(model_card(run, cfg, checkpoints, out), encoding="utf-8")
+    write_tokenizer(
+        tokenizer,
+        out,
+        data.get("src_lang", "src"),
+        data.get("tgt_lang", "tgt"),
+        model.cfg.max_positions,
+    )
+    card = model_card(run, cfg, metrics, checkpoints, license, repo_id)
+    (out / "README.md").write_text(card, encoding="utf-8")
     return out
 
 
-def model_card(run: Path, cfg, checkpoints: list[Path], out: Path) -> str:
-    """The exported directory's README.md: data, config, test BLEU, how it was made, licence."""
+# The settings that define a run's data, model, training and decoding; the card shows these
+# and nothing else of its config (no machine's paths, caches or run directories).
+CARD_KEYS = {
+    "data": (
+        "name", "source", "hf_path", "hf_config", "src_lang", "tgt_lang", "vocab_size",
+        "max_len", "max_tokens", "train_subset", "license",
+    ),
+    "model": None,  # all
+    "optim": None,
+    "trainer": ("max_steps", "max_epochs", "max_time", "precision", "devices", "accumulate"),
+    "decode": None,
+    "final": None,
+}
+
+
+def _is_local_path(value) -> bool:
+    text = str(value)
+    return text.startswith(("/", "~", "\\")) or (len(text) > 2 and text[1:3] in (":\\", ":/"))
+
+
+def card_settings(cfg) -> dict:
+    """``CARD_KEYS`` of the run's config, any value that is a local path left out."""
     from omegaconf import OmegaConf
 
-    data, model = cfg.get("data", {}), cfg.get("model", {})
+    plain = OmegaConf.to_container(cfg, resolve=False) if not isinstance(cfg, dict) else cfg
+    kept = {"seed": plain.get("seed")}
+    for group, keys in CARD_KEYS.items():
+        values = plain.get(group) or {}
+        chosen = {k: v for k, v in values.items() if keys is None or k in keys}
+        kept[group] = {k: v for k, v in chosen.items() if not _is_local_path(v)}
+    return kept
+
+
+def card_command(run: Path) -> str:
+    """``python scripts/train.py`` with the run's overrides; a value that is a local path (or
+    names a cache or run directory) becomes a placeholder."""
+    words = ["python scripts/train.py"]
+    for override in _overrides(run):
+        key, _, value = override.partition("=")
+        if key.lstrip("+~").split(".")[-1] in ("cache_dir", "output_dir") or key.startswith("hydra."):
+            continue
+        if _is_local_path(value) or key.endswith("local_dir"):
+            value = "<path>"
+        words.append(f"{key}={value}")
+    return " ".join(words)
+
+
+def model_card(
+    run: Path,
+    cfg,
+    metrics: dict,
+    checkpoints: list[Path],
+    license: str = "other",
+    repo_id: str | None = None,
+) -> str:
+    """The exported directory's README.md: a Hub YAML header (languages, licence, pipeline,
+    the test scores as ``model-index``), then the data and its licence, the model, the scores,
+    the search, the command that made it and the settings that define it (``card_settings``).
+    No local path, cache or run directory of the machine that exported it is written."""
+    import yaml
+    from huggingface_hub import EvalResult, ModelCardData
+
+    settings = card_settings(cfg)
+    data, model = settings["data"], settings["model"]
     src, tgt = data.get("src_lang", "?"), data.get("tgt_lang", "?")
-    metrics_path = run / "metrics.json"
-    metrics = json.loads(metrics_path.read_text(encoding="utf-8")) if metrics_path.is_file() else {}
-    if "test_bleu" in metrics:
+    name = data.get("name", "transformer-mt")
+    beam, alpha, chosen_by = decoding_settings(cfg, metrics)
+    results, lines = [], []
+    final = metrics.get("final")
+    if final:
+        for split, scores in final["splits"].items():
+            results.append(EvalResult(
+                task_type="translation", dataset_type=name, dataset_name=f"{name} {split}",
+                dataset_split=split, metric_type="bleu", metric_value=scores["bleu"],
+                metric_name="SacreBLEU", metric_config=scores.get("bleu_signature"),
+            ))
+            extra = ", ".join(
+                f"{key} {scores[key]}" for key in scores if key.startswith("bleu_tokenized")
+            )
+            lines.append(
+                f"  - {split}: SacreBLEU **{scores['bleu']}**" + (f" ({extra})" if extra else "")
+                + f", {scores['sentences']} sentences"
+            )
+        score = (
+            f"{len(final['checkpoints'])} checkpoint(s) averaged, beam {final['beam_size']}, "
+            f"α {final['length_penalty']} (chosen on validation), after "
+            f"{metrics.get('steps', '?')} steps; SacreBLEU `{next(iter(final['splits'].values())).get('bleu_signature', '')}`:\n"
+            + "\n".join(lines)
+        )
+    elif "test_bleu" in metrics:
+        results.append(EvalResult(
+            task_type="translation", dataset_type=name, dataset_name=f"{name} test",
+            dataset_split="test", metric_type="bleu", metric_value=metrics["test_bleu"],
+            metric_name="SacreBLEU", metric_config=metrics.get("test_bleu_signature"),
+        ))
         score = (
             f"Test BLEU **{metrics['test_bleu']}** (SacreBLEU `{metrics.get('test_bleu_signature', '')}`), "
             f"chrF {metrics.get('test_chrf', 'not recorded')}, on {metrics.get('test_sentences', '?')} "
@@ -274,54 +400,70 @@ def model_card(run: Path, cfg, checkpoints: list[Path], out: Path) -> str:
         )
     else:
         score = "The run recorded no test score (no `metrics.json`)."
+    if name.startswith("demo"):
+        score += (
+            " The demo corpus is synthetic (generated by a grammar): a perfect model scores 100,"
+            " and the figure says nothing about real text."
+        )
+    header = ModelCardData(
+        language=[src, tgt],
+        license=license,
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=["translation", "marian", "transformer-mt"],
+        model_name=repo_id or f"{name}-{src}-{tgt}",
+        eval_results=results or None,
+    ).to_yaml()
+    where = repo_id or "<user>/<model>"  # the Hub id it is uploaded as, else a placeholder
+    example = json.dumps(cfg.get("data", {}).get("example") or "...", ensure_ascii=False)
     shape = ", ".join(f"{k} {model.get(k)}" for k in ("n_layers", "d_model", "d_ff", "n_heads"))
+    licence_note = (
+        f"The weights are under `{license}` as exported (`--license`); they were trained on "
+        f"`data={name}`, whose terms are: {data.get('license') or 'not recorded in the run'}. "
+        "transformer-mt's code is MIT."
+    )
     return f"""---
-language: [{src}, {tgt}]
-license: mit
-library_name: transformers
-pipeline_tag: translation
-tags: [translation, marian, transformer-mt]
+{header}
 ---
 
-# {data.get("name", "transformer-mt")}: {src} -> {tgt}
+# {name}: {src} -> {tgt}
 
-A Transformer (Vaswani et al. 2017) trained with
-transformer-mt and exported to
+A Transformer (Vaswani et al. 2017) trained with transformer-mt and exported to
 `MarianMTModel`: the same weights, the same logits.
 
 ```python
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-model = AutoModelForSeq2SeqLM.from_pretrained("{out.name}")
-tokenizer = AutoTokenizer.from_pretrained("{out.name}")
-batch = tokenizer(["{data.get("example") or "..."}"], return_tensors="pt")
+model = AutoModelForSeq2SeqLM.from_pretrained({json.dumps(where)})
+tokenizer = AutoTokenizer.from_pretrained({json.dumps(where)})
+batch = tokenizer([{example}], return_tensors="pt", truncation=True)  # at most {model.get("max_positions")} pieces
 print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 ```
 
-With Transformers 4.x, `pipeline("translation", model="{out.name}")` works as well.
+With Transformers 4.x, `pipeline("translation", model={json.dumps(where)})` works as well.
 
-- **Data**: `data={data.get("name", "?")}` ({data.get("source", "?")} source).
+- **Data**: `data={name}` ({data.get("source", "?")} source). Terms: {data.get("license") or "not recorded"}.
 - **Model**: `model={model.get("name", "?")}`: {shape}; post-LN, sinusoidal positions, tied
   embeddings.
 - **Score**: {score}
 - **Checkpoints**: {", ".join(p.name for p in checkpoints)} (averaged when several).
-- **Generation**: beam 4, length penalty
-  {cfg.get("decode", {}).get("length_penalty", 0.6)} (Transformers divides by length ** α).
+- **Generation**: beam {beam}, length penalty {alpha} ({chosen_by}; Transformers divides by
+  length ** α).
 
-How it was made:
+How it was made (`<path>`: a folder of the machine that trained it):
 
 ```bash
-{" ".join(["python scripts/train.py", *_overrides(run)])}
+{card_command(run)}
 python scripts/export_hf.py <run> --average-last {len(checkpoints)}
 ```
 
-The run's whole config:
+The settings that define the run:
 
 ```yaml
-{OmegaConf.to_yaml(cfg).strip()}
+{yaml.safe_dump(settings, sort_keys=False, allow_unicode=True).strip()}
 ```
 
-Licence: MIT (transformer-mt). Cite the paper and this code:
+Licence: {licence_note} Cite the paper and this code:
 
 ```bibtex
 @inproceedings{{vaswani2017attention,
