@@ -83,7 +83,7 @@ STEP_LOG="$WORK/training_step__base__bf16__eager_and_compiled.log"
 STEP="$PY benchmarks/train_step.py --device cuda --dtype bf16 --batch 1000 --length 25 --vocab 37000 --steps 10 --warmup 3 --with-compiled"
 if [ "$PART" != 2 ]; then
     RECIPE="$WORK/multi30k_base_gpu"
-    section "experiment=multi30k_base_gpu, its final evaluation included (averaged, beam 5, three test sets)" 300 \
+    section "experiment=multi30k_base_gpu, its final evaluation included (averaged, beam 5, three test sets)" 330 \
         "$PY scripts/train.py experiment=multi30k_base_gpu data.local_dir=$TRANSFORMER_MT_DATA/multi30k_task1 output_dir=$RECIPE \
          && $PY benchmarks/run_summary.py $RECIPE"
     section "training step, base, bf16, eager and compiled" 90 "$STEP --shapes base"

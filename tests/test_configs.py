@@ -91,8 +91,13 @@ def test_local_dir_reads_a_hub_data_set_from_files(compose_cfg, tmp_path) -> Non
         str(tmp_path / "test_2016_flickr.de.gz"),
     ]
     wmt = OmegaConf.to_object(compose_cfg("data=wmt14_en_de", f"data.local_dir={tmp_path}").data)
-    with pytest.raises(ValueError, match="names no data.local_files"):
+    with pytest.raises(ValueError, match="names no data.local_files") as refused:
         wmt.split_files()
+    # and says how to take the hub's copy along instead (the suite reads such copies)
+    assert (
+        "hf download wmt/wmt14 --repo-type dataset --include 'de-en/*' --include '*.md' "
+        "--local-dir DIR), then data.hf_path=DIR" in str(refused.value)
+    )
 
 
 def test_paper_presets_have_the_papers_values(compose_cfg) -> None:

@@ -122,10 +122,18 @@ class DataConfig:
         if self.local_dir is None:
             return self.files
         if not self.local_files:
+            hub = (
+                f"; for a copy of the hub's {self.hf_path}, download it where the hub can be "
+                f"reached (hf download {self.hf_path} --repo-type dataset "
+                + (f"--include '{self.hf_config}/*' --include '*.md' " if self.hf_config else "")
+                + "--local-dir DIR), then data.hf_path=DIR"
+                if self.source == "hub" and self.hf_path
+                else ""
+            )
             raise UserError(
                 f"data.local_dir={self.local_dir} is set, but data={self.name} names no "
                 f"data.local_files (per split, the file names inside it); use data=local with "
-                f"data.files instead"
+                f"data.files instead{hub}"
             )
         folder = Path(self.local_dir).expanduser()
         return {

@@ -261,7 +261,9 @@ def _load_hub(cfg: DataConfig) -> DatasetDict:
         raise UserError(
             f"could not load the data set {cfg.hf_path!r} (config {cfg.hf_config!r}) for data={cfg.name}: "
             f"{type(err).__name__}: {first_line}. If this machine cannot reach the Hugging Face hub, "
-            "point data.local_dir at a copy of it (presets with data.local_files), use data=local "
+            f"download the data set where it can (hf download {cfg.hf_path} "
+            "--repo-type dataset --local-dir DIR) and set data.hf_path=DIR, point data.local_dir "
+            "at a copy of the release files (presets with data.local_files), use data=local "
             "with your own files (data.files.train=[train.src,train.tgt] ...), or data=demo_es_en"
         ) from err
     corpus = DatasetDict()
