@@ -195,11 +195,12 @@ def generation_config(model: Transformer, beam_size: int = 4, length_penalty: fl
     """The run's search (``decoding_settings``) in Transformers' ``GenerationConfig``; BOS and
     PAD are never generated, as in our search."""
     transformers = require_transformers()
+    # the length penalty and early stopping rank a beam's hypotheses: greedy search has neither
+    beam = {"length_penalty": length_penalty, "early_stopping": True} if beam_size > 1 else {}
     return transformers.GenerationConfig(
         num_beams=beam_size,
-        length_penalty=length_penalty,
+        **beam,
         max_length=model.cfg.max_positions,
-        early_stopping=True,
         decoder_start_token_id=BOS_ID,
         bos_token_id=BOS_ID,
         eos_token_id=EOS_ID,
