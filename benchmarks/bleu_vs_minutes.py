@@ -53,14 +53,19 @@ def main() -> None:
             raise SystemExit(f"{run}: no validation with val/minutes in its logs")
         print(f"{run.name}: step, minutes, " + ", ".join(KEYS.values()))
         for step, minute, bleus in found:
-            print(f"  {step:>6} {minute:7.1f} " + " ".join(f"{bleus.get(k, float('nan')):6.2f}" for k in KEYS))
+            print(
+                f"  {step:>6} {minute:7.1f} "
+                + " ".join(f"{bleus.get(k, float('nan')):6.2f}" for k in KEYS)
+            )
         for key, style in zip(KEYS, ("-", "--")):
             rows = [(s, m, b[key]) for s, m, b in found if key in b]
             if not rows:
                 continue
             steps, minutes, values = zip(*rows)
             label = f"{run.name}, {KEYS[key]}"
-            by_minutes.plot(minutes, values, style, color=colours[i % len(colours)], marker=".", label=label)
+            by_minutes.plot(
+                minutes, values, style, color=colours[i % len(colours)], marker=".", label=label
+            )
             by_steps.plot(steps, values, style, color=colours[i % len(colours)], marker=".")
     by_minutes.set_xlabel("training minutes (2 CPU cores)")
     by_steps.set_xlabel("optimizer steps")

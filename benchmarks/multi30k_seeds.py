@@ -30,7 +30,7 @@ from transformer_mt.checkpoint import load_model, run_data_config
 from transformer_mt.config import DecodeConfig, checkpoint_step
 from transformer_mt.data.sources import load_corpus
 from transformer_mt.decoding import translate
-from transformer_mt.evaluate import score_translations
+from transformer_mt.scoring import score_translations
 
 ROOT = Path(__file__).resolve().parents[1]
 BLEUS = {"bleu": "SacreBLEU", "bleu_tokenized_lowercase": "tok. lc BLEU"}
@@ -139,8 +139,13 @@ def main() -> None:
         lines += table(fixed, f"At step {step}, every run (the same choices)")
     print("\n".join(lines))
     out = (args.out if args.seeds else runs[0].parent) / "seeds.json"
-    out.write_text(json.dumps({"machine": describe(), "end": end, "step": step, "at_step": fixed,
-                               "steps": steps}, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {"machine": describe(), "end": end, "step": step, "at_step": fixed, "steps": steps},
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"written: {out}")
 
 

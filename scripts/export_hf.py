@@ -47,9 +47,7 @@ def main() -> None:
     parser.add_argument(
         "--repo-id", help="the Hub id it will be uploaded as (user/name), for the card's example"
     )
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace what --out holds already"
-    )
+    parser.add_argument("--overwrite", action="store_true", help="replace what --out holds already")
     args = parser.parse_args()
     out = export_hf(
         args.run_dir, args.out, args.average_last, args.license, args.repo_id, args.overwrite

@@ -116,7 +116,11 @@ CASES = {
     ),
     "train final.average_last of zero checkpoints": (
         "train.py",
-        lambda p: ["final.splits=[test]", "final.average_last=[0,5]", f"hydra.run.dir={p.tmp / 'avg'}"],
+        lambda p: [
+            "final.splits=[test]",
+            "final.average_last=[0,5]",
+            f"hydra.run.dir={p.tmp / 'avg'}",
+        ],
         {},
         r"final.average_last=\[0, 5\]: give the checkpoint counts to try, each 1 or more",
     ),

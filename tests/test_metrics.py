@@ -85,7 +85,7 @@ def test_a_multi30k_hypothesis_file_is_scored_both_ways_by_hand(tmp_path) -> Non
     SacreBLEU (cased: "Ein" is not "ein"): 6/7, 5/6, 4/5, 3/4.  Lowercased: 7/7, 5/6, 4/5, 3/4.
     """
     from transformer_mt.config import DataConfig
-    from transformer_mt.evaluate import score_translations
+    from transformer_mt.scoring import score_translations
 
     hyp_file = tmp_path / "hyp.txt"
     hyp_file.write_text("Ein Hund läuft über die Wiese.\n", encoding="utf-8")

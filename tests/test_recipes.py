@@ -198,7 +198,7 @@ def check_final_evaluation(metrics: dict, cfg: DictConfig, run_dir: Path) -> Non
     """What ``final:`` promises: choices on valid, each test split decoded once and scored both
     ways, its hypotheses on disk and its figures those of that file."""
     from transformer_mt.data.sources import load_corpus
-    from transformer_mt.evaluate import score_translations
+    from transformer_mt.scoring import score_translations
 
     final = metrics["final"]
     assert list(final["splits"]) == list(cfg.final.splits)

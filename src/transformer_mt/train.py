@@ -45,7 +45,6 @@ from transformer_mt.data.batching import Batch
 from transformer_mt.datamodule import TranslationDataModule
 from transformer_mt.distributed import check_devices
 from transformer_mt.errors import UserError
-from transformer_mt.evaluate import final_evaluation
 from transformer_mt.lit_module import TranslationModule
 from transformer_mt.metrics import literature_bleus
 from transformer_mt.reporting import (
@@ -56,6 +55,7 @@ from transformer_mt.reporting import (
     final_validation,
     test_report,
 )
+from transformer_mt.scoring import final_evaluation
 from transformer_mt.viz.curves import set_aside_metrics
 
 log = logging.getLogger(__name__)

@@ -214,7 +214,11 @@ def decoding_settings(cfg, metrics: dict) -> tuple[int, float, str]:
     on its validation set) if it made one, else its ``decode`` config."""
     final = metrics.get("final")
     if final:
-        return final["beam_size"], final["length_penalty"], "chosen on validation by the run's final evaluation"
+        return (
+            final["beam_size"],
+            final["length_penalty"],
+            "chosen on validation by the run's final evaluation",
+        )
     decode = cfg.get("decode", {})
     return decode.get("beam_size", 1), decode.get("length_penalty", 0.6), "the run's decode config"
 
@@ -303,8 +307,17 @@ def export_hf(
 # and nothing else of its config (no machine's paths, caches or run directories).
 CARD_KEYS = {
     "data": (
-        "name", "source", "hf_path", "hf_config", "src_lang", "tgt_lang", "vocab_size",
-        "max_len", "max_tokens", "train_subset", "license",
+        "name",
+        "source",
+        "hf_path",
+        "hf_config",
+        "src_lang",
+        "tgt_lang",
+        "vocab_size",
+        "max_len",
+        "max_tokens",
+        "train_subset",
+        "license",
     ),
     "model": None,  # all
     "optim": None,
@@ -338,7 +351,9 @@ def card_command(run: Path) -> str:
     words = ["python scripts/train.py"]
     for override in _overrides(run):
         key, _, value = override.partition("=")
-        if key.lstrip("+~").split(".")[-1] in ("cache_dir", "output_dir") or key.startswith("hydra."):
+        if key.lstrip("+~").split(".")[-1] in ("cache_dir", "output_dir") or key.startswith(
+            "hydra."
+        ):
             continue
         if _is_local_path(value) or key.endswith("local_dir"):
             value = "<path>"
@@ -370,16 +385,24 @@ def model_card(
     final = metrics.get("final")
     if final:
         for split, scores in final["splits"].items():
-            results.append(EvalResult(
-                task_type="translation", dataset_type=name, dataset_name=f"{name} {split}",
-                dataset_split=split, metric_type="bleu", metric_value=scores["bleu"],
-                metric_name="SacreBLEU", metric_config=scores.get("bleu_signature"),
-            ))
+            results.append(
+                EvalResult(
+                    task_type="translation",
+                    dataset_type=name,
+                    dataset_name=f"{name} {split}",
+                    dataset_split=split,
+                    metric_type="bleu",
+                    metric_value=scores["bleu"],
+                    metric_name="SacreBLEU",
+                    metric_config=scores.get("bleu_signature"),
+                )
+            )
             extra = ", ".join(
                 f"{key} {scores[key]}" for key in scores if key.startswith("bleu_tokenized")
             )
             lines.append(
-                f"  - {split}: SacreBLEU **{scores['bleu']}**" + (f" ({extra})" if extra else "")
+                f"  - {split}: SacreBLEU **{scores['bleu']}**"
+                + (f" ({extra})" if extra else "")
                 + f", {scores['sentences']} sentences"
             )
         score = (
@@ -389,11 +412,18 @@ def model_card(
             + "\n".join(lines)
         )
     elif "test_bleu" in metrics:
-        results.append(EvalResult(
-            task_type="translation", dataset_type=name, dataset_name=f"{name} test",
-            dataset_split="test", metric_type="bleu", metric_value=metrics["test_bleu"],
-            metric_name="SacreBLEU", metric_config=metrics.get("test_bleu_signature"),
-        ))
+        results.append(
+            EvalResult(
+                task_type="translation",
+                dataset_type=name,
+                dataset_name=f"{name} test",
+                dataset_split="test",
+                metric_type="bleu",
+                metric_value=metrics["test_bleu"],
+                metric_name="SacreBLEU",
+                metric_config=metrics.get("test_bleu_signature"),
+            )
+        )
         score = (
             f"Test BLEU **{metrics['test_bleu']}** (SacreBLEU `{metrics.get('test_bleu_signature', '')}`), "
             f"chrF {metrics.get('test_chrf', 'not recorded')}, on {metrics.get('test_sentences', '?')} "
