@@ -364,3 +364,47 @@ def test_gpu_check_without_cuda_says_what_it_skipped_and_exits_0(tmp_path) -> No
     assert "**no CUDA device here**: the GPU sections were skipped" in text
     assert "## gpu-marked tests (deselected without CUDA)" in text
     assert "## training step, toy size, CPU" in text and "0 section(s) failed" in text
+
+
+def _multi30k_run(tmp_path, name: str, bleus: dict[str, tuple[float, float]], minutes: float):
+    """A run directory as experiment=multi30k_cpu leaves it: metrics.json with its final
+    evaluation, and the validation rows of logs/metrics.csv (no checkpoints)."""
+    import json
+
+    run = tmp_path / name
+    (run / "logs").mkdir(parents=True)
+    (run / "checkpoints").mkdir()
+    final = {
+        "checkpoints": ["epoch=1-step=100.ckpt", "epoch=1-step=200.ckpt"],
+        "beam_size": 5,
+        "length_penalty": 1.4,
+        "valid": {},
+        "splits": {
+            split: {"bleu": sacre, "bleu_tokenized_lowercase": tok, "sentences": 10}
+            for split, (sacre, tok) in bleus.items()
+        },
+    }
+    (run / "metrics.json").write_text(json.dumps({"final": final, "wall_seconds": minutes * 60}))
+    rows = ["step,val/bleu,val/bleu_tokenized_lowercase,val/minutes"]
+    rows += [f"{99 + 100 * k},{10.0 * k},{10.5 * k},{3.5 * k}" for k in (1, 2, 3)]
+    (run / "logs" / "metrics.csv").write_text("\n".join(rows) + "\n")
+    return run
+
+
+def test_multi30k_seeds_reports_each_test_sets_mean_and_spread_both_ways(tmp_path) -> None:
+    one = _multi30k_run(tmp_path, "seed1", {"test": (37.5, 38.0), "mscoco2017": (23.0, 23.5)}, 35)
+    two = _multi30k_run(tmp_path, "seed2", {"test": (36.5, 37.2), "mscoco2017": (24.0, 24.1)}, 36)
+    out = _run("multi30k_seeds.py", "--runs", one, two)
+    assert "| seed1 | 0 | 35.0 | 2 | 1.4 |" in out  # steps: the last step checkpoint (none here)
+    assert "| test | SacreBLEU | 37.50 | 36.50 | 37.00 | 1.00 |" in out
+    assert "| test | tok. lc BLEU | 38.00 | 37.20 | 37.60 | 0.80 |" in out
+    assert "| mscoco2017 | tok. lc BLEU | 23.50 | 24.10 | 23.80 | 0.60 |" in out
+    assert "At step" not in out  # no step checkpoint that both hold
+    assert (tmp_path / "seeds.json").is_file()
+
+
+def test_bleu_vs_minutes_draws_both_bleus_from_the_runs_logs(tmp_path) -> None:
+    one = _multi30k_run(tmp_path, "seed1", {"test": (1.0, 1.0)}, 35)
+    out = _run("bleu_vs_minutes.py", one, "--out", tmp_path / "curve.png")
+    assert "     299     7.0  20.00  21.00" in out  # step, minutes, SacreBLEU, tokenized lc
+    assert (tmp_path / "curve.png").stat().st_size > 10_000
