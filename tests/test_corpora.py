@@ -244,6 +244,8 @@ def test_a_hub_preset_reads_a_local_copy_through_local_dir(compose_cfg) -> None:
         "train": 29_000,
         "valid": 1_014,
         "test": 1_000,
+        "test2017": 1_000,  # the preset's further test sets, each read whole
+        "mscoco2017": 461,
     }
     assert corpus["test"][0]["src"].startswith("A man")  # English first: src_lang en
 
