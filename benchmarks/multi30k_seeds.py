@@ -122,7 +122,7 @@ def main() -> None:
 
     metrics = {run.name: json.loads((run / "metrics.json").read_text()) for run in runs}
     end = {name: m["final"] for name, m in metrics.items()}
-    steps = {run.name: max(step_checkpoints(run), default=0) for run in runs}
+    steps = {name: m["steps"] for name, m in metrics.items()}  # where each run's training stopped
     common = set.intersection(*(set(step_checkpoints(run)) for run in runs))
     step = args.step or max(common, default=None)
     lines = ["| run | steps | minutes | checkpoints averaged | α |", "|---|---|---|---|---|"]

@@ -384,7 +384,8 @@ def _multi30k_run(tmp_path, name: str, bleus: dict[str, tuple[float, float]], mi
             for split, (sacre, tok) in bleus.items()
         },
     }
-    (run / "metrics.json").write_text(json.dumps({"final": final, "wall_seconds": minutes * 60}))
+    metrics = {"final": final, "wall_seconds": minutes * 60, "steps": 269}
+    (run / "metrics.json").write_text(json.dumps(metrics))
     rows = ["step,val/bleu,val/bleu_tokenized_lowercase,val/minutes"]
     rows += [f"{99 + 100 * k},{10.0 * k},{10.5 * k},{3.5 * k}" for k in (1, 2, 3)]
     (run / "logs" / "metrics.csv").write_text("\n".join(rows) + "\n")
@@ -395,7 +396,7 @@ def test_multi30k_seeds_reports_each_test_sets_mean_and_spread_both_ways(tmp_pat
     one = _multi30k_run(tmp_path, "seed1", {"test": (37.5, 38.0), "mscoco2017": (23.0, 23.5)}, 35)
     two = _multi30k_run(tmp_path, "seed2", {"test": (36.5, 37.2), "mscoco2017": (24.0, 24.1)}, 36)
     out = _run("multi30k_seeds.py", "--runs", one, two)
-    assert "| seed1 | 0 | 35.0 | 2 | 1.4 |" in out  # steps: the last step checkpoint (none here)
+    assert "| seed1 | 269 | 35.0 | 2 | 1.4 |" in out  # steps: where training stopped
     assert "| test | SacreBLEU | 37.50 | 36.50 | 37.00 | 1.00 |" in out
     assert "| test | tok. lc BLEU | 38.00 | 37.20 | 37.60 | 0.80 |" in out
     assert "| mscoco2017 | tok. lc BLEU | 23.50 | 24.10 | 23.80 | 0.60 |" in out

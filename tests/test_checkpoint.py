@@ -89,6 +89,27 @@ def test_last_checkpoints_are_the_latest_steps(tmp_path: Path) -> None:
         last_checkpoints(tmp_path, 5)
 
 
+def test_the_last_checkpoints_end_at_the_run_s_end(tmp_path: Path) -> None:
+    # training stopped (max_time) at step 2469, 69 steps after its last step checkpoint
+    folder = _run_with_steps(tmp_path, (2200, 2300, 2400))
+    torch.save({**torch.load(folder / "last.ckpt"), "global_step": 2469}, folder / "last.ckpt")
+    names = lambda paths: [p.name for p in paths]  # noqa: E731
+    assert names(last_checkpoints(tmp_path, 2)) == ["epoch=0-step=2400.ckpt", "last.ckpt"]
+    assert names(checkpoint_sources(folder / "last.ckpt", 3)) == [
+        "epoch=0-step=2300.ckpt",
+        "epoch=0-step=2400.ckpt",
+        "last.ckpt",
+    ]
+    # from a step checkpoint: the ones that end there, never the later end
+    assert names(last_checkpoints(tmp_path, 2, up_to_step=2400))[-1] == "epoch=0-step=2400.ckpt"
+    # last.ckpt written beside the newest step checkpoint, at its step: counted once
+    torch.save({**torch.load(folder / "last.ckpt"), "global_step": 2400}, folder / "last.ckpt")
+    assert names(last_checkpoints(tmp_path, 2)) == [
+        "epoch=0-step=2300.ckpt",
+        "epoch=0-step=2400.ckpt",
+    ]
+
+
 def test_averaging_from_a_step_checkpoint_ends_at_it(tmp_path: Path) -> None:
     folder = _run_with_steps(tmp_path, (100, 200, 300, 400))
     names = lambda paths: [p.name for p in paths]  # noqa: E731

@@ -40,14 +40,31 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return path
 
 
+def saved_step(path: str | Path) -> int | None:
+    """The training step a checkpoint was written at (Lightning's ``global_step``), if it says."""
+    # mmap: the tensors are not read, so this costs the same for a base model as for a toy
+    ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    return ckpt.get("global_step")
+
+
 def last_checkpoints(run_dir: str | Path, n: int, up_to_step: int | None = None) -> list[Path]:
-    """The ``n`` latest step checkpoints of a run (``checkpoints/*step=S.ckpt``), oldest first;
-    with ``up_to_step``, the ``n`` latest of those at or before that step."""
+    """The ``n`` latest checkpoints of a run, oldest first, ending at the run's end.
+
+    The step checkpoints (``checkpoints/*step=S.ckpt``), and ``last.ckpt`` as the newest when
+    training stopped between two of them (``max_time``, ``max_steps``): the weights of the
+    steps after the last step checkpoint count too. With ``up_to_step``, the ``n`` latest step
+    checkpoints at or before that step.
+    """
     found = []
     for path in Path(run_dir, "checkpoints").glob("*.ckpt"):
         step = checkpoint_step(path)
         if step is not None and (up_to_step is None or step <= up_to_step):
             found.append((step, path))
+    last = Path(run_dir, "checkpoints", "last.ckpt")
+    if up_to_step is None and last.is_file():
+        end = saved_step(last)
+        if end is not None and end > max((step for step, _ in found), default=-1):
+            found.append((end, last))
     if len(found) < n:
         upto = "" if up_to_step is None else f" up to step {up_to_step}"
         raise FileNotFoundError(
@@ -60,7 +77,8 @@ def last_checkpoints(run_dir: str | Path, n: int, up_to_step: int | None = None)
 def checkpoint_sources(path: str | Path, average_last: int) -> list[Path]:
     """The checkpoint files that ``load_model(path, average_last=...)`` reads, oldest first.
 
-    A run directory: its ``last.ckpt``, or its last ``average_last`` step checkpoints. A step
+    A run directory: its ``last.ckpt``, or its last ``average_last`` checkpoints (see
+    ``last_checkpoints``: they end at ``last.ckpt``'s step). A step
     checkpoint (``...step=S.ckpt``): that file, or the ``average_last`` of its run that end at
     step S, never later ones. ``last.ckpt``: the run's end.
     """
