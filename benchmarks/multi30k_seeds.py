@@ -64,9 +64,14 @@ def step_checkpoints(run: Path) -> dict[int, Path]:
 
 
 def at_step(run: Path, step: int) -> dict:
-    """The run's test sets decoded with its final choices, from the checkpoints ending at ``step``."""
+    """The run's test sets decoded with its final choices, from the checkpoints ending at ``step``.
+
+    As many checkpoints are averaged as its final evaluation chose, or as many as the run still
+    holds up to ``step`` if fewer (it keeps its last ``checkpoint.keep_last``): the table says so.
+    """
     final = json.loads((run / "metrics.json").read_text())["final"]
-    count = len(final["checkpoints"])
+    held = [s for s in step_checkpoints(run) if s <= step]
+    count = min(len(final["checkpoints"]), len(held))
     model, tokenizer, sources = load_model(step_checkpoints(run)[step], average_last=count)
     data = run_data_config(run)
     corpus = load_corpus(data)
@@ -136,7 +141,10 @@ def main() -> None:
     fixed = {}
     if step is not None:
         fixed = {run.name: at_step(run, step) for run in runs}
-        lines += table(fixed, f"At step {step}, every run (the same choices)")
+        used = ", ".join(
+            f"{name} {len(r['checkpoints'])} checkpoint(s)" for name, r in fixed.items()
+        )
+        lines += table(fixed, f"At step {step}, every run (its own α; averaged: {used})")
     print("\n".join(lines))
     out = (args.out if args.seeds else runs[0].parent) / "seeds.json"
     out.write_text(
