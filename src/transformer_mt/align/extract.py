@@ -66,10 +66,9 @@ from transformer_mt.run_config import run_folder
 EXTRACTIONS = ("argmax", "grow-diag")
 DEFAULT_TAU = 0.0  # grow-diag's tau when none is given or recorded: every argmax
 TUNING_GRID = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)  # the values ``tune`` tries
-# The diagonal prior's width ``tune`` reads at: 8 words, not chosen on the dev set. XL-WA dev
-# (105 pairs, few long) cannot see the prior's gain: on the 35-minute recipe pair it preferred
-# none (0.297 against 0.301 at 8), where 8 cost Graca 0.001 and XL-WA test 0.004 and gained
-# 0.06-0.08 on short pairs joined into 60-word inputs; at 1,000 steps it chose 8 for each run.
+# The diagonal prior's width ``tune`` reads at: fixed at 8 words, not chosen by ``tune``, since
+# XL-WA dev (105 pairs, few of them long) cannot see what the prior does for long sentences;
+# the measurements behind it are in docs/experiments.md ("The prior at the 35-minute budget").
 TUNED_DIAGONAL = 8.0
 NARROWS_PAST = 30  # source words: a longer source's prior is narrower in proportion
 RECORD = "extraction.json"  # in RUN_DIR/align
