@@ -70,9 +70,9 @@ def at_step(run: Path, step: int) -> dict:
     holds up to ``step`` if fewer (it keeps its last ``checkpoint.keep_last``): the table says so.
     """
     final = json.loads((run / "metrics.json").read_text())["final"]
-    held = [s for s in step_checkpoints(run) if s <= step]
-    count = min(len(final["checkpoints"]), len(held))
-    model, tokenizer, sources = load_model(step_checkpoints(run)[step], average_last=count)
+    checkpoints = step_checkpoints(run)
+    count = min(len(final["checkpoints"]), sum(s <= step for s in checkpoints))
+    model, tokenizer, sources = load_model(checkpoints[step], average_last=count)
     data = run_data_config(run)
     corpus = load_corpus(data)
     decode = DecodeConfig(beam_size=final["beam_size"], length_penalty=final["length_penalty"])
