@@ -116,6 +116,7 @@ CHANGED = (
     "heatmaps.valid_sentences",
     "checkpoint.every_steps",
     "final.length_penalties",
+    "final.splits",
     "model.d_model",
     "model.d_ff",
     "model.d_k",
@@ -161,6 +162,8 @@ def test_every_recipe_trains_tests_and_reports(
         # two α values are a search as well as seven, and an untrained model's beams run to the
         # length limit
         cfg.final.length_penalties = cfg.final.length_penalties[:2]
+        if name != "multi30k_cpu":  # every split is decoded the same way: all of them once
+            cfg.final.splits = cfg.final.splits[:1]
     metrics = run(cfg)
 
     assert metrics["steps"] == 2 and metrics["test_sentences"] == SIZES["test"]
@@ -281,19 +284,17 @@ def _losses(run_dir: Path) -> dict[int, float]:
     return {step + 1: loss for step, loss in read_metrics(run_dir)["train/loss"]}
 
 
-def test_paper_base_on_two_processes_scores_as_one_process_resumes_and_evaluates(
+def test_paper_base_on_two_processes_trains_resumes_and_evaluates(
     tmp_path,
 ) -> None:
     """experiment=paper_base_en_de on trainer=ddp_cpu, as a user types it, end to end:
     checkpoints every 2 steps; the test split and the validation sample scored over both
-    ranks' rows; the same last checkpoint scored again on one process gives the same files and
-    figures; evaluate.py averages the last 2 checkpoints with beam 4, α 0.6 and the paper's
+    ranks' rows; evaluate.py averages the last 2 checkpoints with beam 4, α 0.6 and the paper's
     compound-split BLEU; and the run resumed on two processes from its step-4 checkpoint goes
     on with the losses the run itself had there, its RNG states gathered from both ranks."""
     from transformer_mt.config import checkpoint_step
     from transformer_mt.data.batching import TokenBatchSampler, TokenRows
     from transformer_mt.datamodule import TranslationDataModule
-    from transformer_mt.train import run
     from transformer_mt.viz.curves import read_metrics
 
     wmt14 = write_hub_wmt14(tmp_path / "wmt14", DDP_SIZES)
@@ -331,24 +332,8 @@ def test_paper_base_on_two_processes_scores_as_one_process_resumes_and_evaluates
         batches = len(TokenBatchSampler(*TokenRows(data.splits[split]).lengths(), 600, False))
         assert batches >= 3 and batches % 2 == 1, (split, batches)
 
-    # the same checkpoint on one process: a copy resumed at its last step, nothing to train
-    one = tmp_path / "one"
-    shutil.copytree(ddp, one, ignore=shutil.ignore_patterns("metrics.json", "test.hyp.txt"))
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        from train import resumed_config
-    finally:
-        sys.path.pop(0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        single = run(resumed_config(str(one), ["trainer.devices=1", "trainer.strategy=auto"]))
-    finally:
-        torch.set_num_threads(threads)
-    assert single["world_size"] == 1
-    assert (one / "test.hyp.txt").read_text() == (ddp / "test.hyp.txt").read_text()
-    for key in ("test_bleu", "test_chrf", "test_ppl", "test_sentences", "val_bleu", "val_ppl"):
-        assert single[key] == two[key], key
+    # (one process against two on the same checkpoint: on a model that translates, in
+    # test_a_model_that_translates_scores_the_same_on_two_processes_as_on_one)
     # the curves carry the whole split's figure too: the DDP run's last validation BLEU
     assert read_metrics(ddp)["val/bleu"][-1][1] == pytest.approx(two["val_bleu"], abs=0.01)
 

@@ -261,7 +261,9 @@ def test_a_multirun_sweep_writes_one_results_table(tmp_path) -> None:
     assert "| job | overrides | parameters |" in (sweep / "results.md").read_text()
 
 
-def _train_script(*args: str, wait: bool = True):
+def _train_script(*args: str, wait: bool = True, output=None):
+    """``scripts/train.py ARGS`` run to its end, or with ``wait`` False started (its output to
+    the file ``output``, else nowhere)."""
     import subprocess
     import sys
 
@@ -269,7 +271,8 @@ def _train_script(*args: str, wait: bool = True):
 
     command = [sys.executable, str(ROOT / "scripts" / "train.py"), *args]
     if not wait:
-        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sink = subprocess.DEVNULL if output is None else output
+        return subprocess.Popen(command, stdout=sink, stderr=sink)
     return subprocess.run(command, capture_output=True, text=True, timeout=600)
 
 
@@ -280,9 +283,6 @@ def test_resume_on_the_command_line_after_a_kill_replays_the_losses(tmp_path) ->
     import time
 
     common = [f"data.cache_dir={tmp_path / 'cache'}", *SMALL, "trainer.max_steps=46"]
-    straight = _train_script(*common, f"hydra.run.dir={tmp_path / 'straight'}")
-    assert straight.returncode == 0, straight.stderr[-3000:]
-
     killed = tmp_path / "killed"
     process = _train_script(
         *common, f"hydra.run.dir={killed}", "checkpoint.every_steps=10", wait=False
@@ -299,7 +299,15 @@ def test_resume_on_the_command_line_after_a_kill_replays_the_losses(tmp_path) ->
     # between writing the step file and last.ckpt (each written whole, by rename)
     assert step in (10, 20, 30, 40), step
 
-    resumed = _train_script(f"resume={killed}")  # no other key: all from its config.yaml
+    # the run left alone, beside the resumed one (the corpus is prepared and cached by now)
+    log = tmp_path / "straight.log"
+    with log.open("w") as output:
+        straight = _train_script(
+            *common, f"hydra.run.dir={tmp_path / 'straight'}", wait=False, output=output
+        )
+        resumed = _train_script(f"resume={killed}")  # no other key: all from its config.yaml
+        straight.wait(timeout=600)
+    assert straight.returncode == 0, log.read_text()[-3000:]
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert torch.load(killed / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 46
     expected, got = _losses(tmp_path / "straight"), _losses(killed)
