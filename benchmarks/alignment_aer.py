@@ -2,7 +2,7 @@ r"""AER of trained models' cross-attention next to eflomal, on the same text, in
 
     export TRANSFORMER_MT_DATA=/path/to/data      # the folder of the gold sets (see docs/attention.md)
     python benchmarks/alignment_aer.py --run esen=RUN_ES_EN --run enes=RUN_EN_ES --gold graca xlwa \
-        --by-length --tune-on xlwa_dev
+        --by-length --tune-on xlwa_dev epps_dev
     python benchmarks/alignment_aer.py --run deen=RUN --gold bicici   # a German-English run
     python benchmarks/alignment_aer.py --run deen=RUN --gold-files test.de test.en gold.wa \
         --one-indexed --reverse-gold                # any other gold set, as files
@@ -10,10 +10,12 @@ r"""AER of trained models' cross-attention next to eflomal, on the same text, in
 It runs the pipeline of ``scripts/align.py`` (``transformer_mt.analysis.pipeline``) and adds
 what is a benchmark's. Per gold set: eflomal both ways and their grow-diag-final-and, given the
 first run's training pairs too (``--eflomal-tokenize moses``: a stronger baseline); per run its
-best head (any mode), best layer mean and guided head; every forward run merged with every
-reverse run (geometric mean, grow-diag: the recipe); with ``--tune-on`` each head by grow-diag
-and the merged pairs at a tau chosen on that development set, read by the attention alone and
-as every command reads it (the diagonal prior, words spelled alike linked), and the ceiling
+guided head and last layer's mean, and with ``--tune-on`` the best head and best layer mean of
+the development sets (test gold never chooses anything); every forward run merged with every
+reverse run (geometric mean, grow-diag: the recipe); with ``--tune-on`` each head and the
+merged pairs read by a reading chosen on the development sets (their links summed): grow-diag's
+tau alone (the attention alone), and every parameter (``tune``: the prior, its narrowing and
+anchoring, words spelled alike), each value's development AER printed; and the ceiling
 (eflomal's links as rows, read back the same way). ``--by-length``: AER by source length, and
 the merged pairs minus eflomal; ``--join-short K``: each set's short pairs alone and joined K
 at a time (K 6-10: 60-100 words). Then each head against eflomal as the gold, each guided head
@@ -37,9 +39,11 @@ from torch import Tensor
 from transformer_mt.align.eflomal import EFLOMAL_TOKENIZE, align_beside
 from transformer_mt.align.extract import Extraction, tune
 from transformer_mt.align.gold import (
+    DEV_SETS,
     SHARED_GOLD_SETS,
     GoldSet,
     GoldSetConfig,
+    combined,
     load_gold_set,
     shared_gold_set,
 )
@@ -50,6 +54,7 @@ from transformer_mt.analysis.pipeline import (
     Row,
     format_by_length,
     format_rows,
+    format_trials,
     merged,
     read,
     scan_heads,
@@ -81,6 +86,13 @@ class Run:
         """Links in this run's direction -> in the first run's."""
         return [turned_round(ls) for ls in links] if self.reverse else links
 
+    def dev_scan(self, dev: GoldSet):
+        """Every head and layer mean scored on the development set (captured once)."""
+        if "scan" not in self.dev_matrices:
+            attention = self.aligner.capture(self.own(dev), progress=False)
+            self.dev_matrices["scan"] = scan_heads(attention, self.own(dev).gold)
+        return self.dev_matrices["scan"]
+
     def on_dev(self, reading: HeadReading, dev: GoldSet) -> list[Tensor]:
         """``reading``'s matrices of the dev set in this run's direction (captured once)."""
         if reading not in self.dev_matrices:
@@ -90,38 +102,45 @@ class Run:
 
 
 def run_rows(run: Run, gold: GoldSet, dev: GoldSet | None, layers: bool = False):
-    """A run's rows on a gold set (best head, best layer mean or with ``layers`` every layer's,
-    guided head; with a dev set, its head by grow-diag at the dev set's tau), in the first
-    run's direction, and the matrices of the head it is compared by (the guided head, else the
-    best)."""
+    """A run's rows on a gold set, in the first run's direction: its guided head; the best head
+    and best layer mean chosen on the development set (without one, the last layer's mean), or
+    with ``layers`` every layer's mean; with a dev set, the head by the dev set's readings. And
+    the matrices of the head it is compared by (the guided head, else the dev set's best)."""
     own = run.own(gold)
     attention = run.aligner.capture(own, progress=False)
     scan = scan_heads(attention, own.gold)
-    best = scan.best.reading
-    means = [row[-1] for row in scan.grids["causal"]] if layers else []
-    rows = [Row.scored(f"{run.name}: best head {best.name}", scan.cell(best))] + [
-        Row.scored(f"{run.name}: {'' if layers else 'best '}layer {s.reading.layer}, mean", s)
-        for s in means or [scan.best_of("causal", heads=False)]
-    ]
-    reading, which = best, "best head"
+    rows, reading, which = [], None, ""
+    if dev is not None:
+        chosen = run.dev_scan(dev)
+        best, mean = chosen.best.reading, chosen.best_of("causal", heads=False).reading
+        reading, which = best, "best head on dev"
+        rows.append(Row.scored(f"{run.name}: {which} {best.name}", scan.cell(best)))
+        if not layers:
+            rows.append(Row.scored(f"{run.name}: layer {mean.layer}, mean", scan.cell(mean)))
+    last = [row[-1] for row in scan.grids["causal"]]
+    rows += [Row.scored(f"{run.name}: layer {s.reading.layer}, mean", s) for s in last] * layers
+    if dev is None and not layers:
+        rows.append(Row.scored(f"{run.name}: layer {last[-1].reading.layer}, mean", last[-1]))
     if (guided := run.aligner.guided) is not None:
         reading, which = guided, "guided head"
         rows.append(Row.scored(f"{run.name}: guided head {guided.name}", scan.cell(guided)))
+    if reading is None:
+        reading = last[-1].reading
     matrices = attention.matrices(reading)
     if dev is not None:
-        for chosen, how in tuned(run.on_dev(reading, dev), run.own(dev)):
-            label = f"{run.name}: {which} by {chosen.name} ({how})"
-            rows.append(Row.of(label, read(matrices, chosen, own), own.gold))
+        for chosen_reading, how, _ in tuned(run.on_dev(reading, dev), run.own(dev)):
+            label = f"{run.name}: {which} by {chosen_reading.name} ({how})"
+            rows.append(Row.of(label, read(matrices, chosen_reading, own), own.gold))
     rows = [Row(r.label, run.turn(r.links), r.aer, r.precision, r.recall) for r in rows]
     return rows, (turned(matrices) if run.reverse else matrices, reading)
 
 
-def tuned(matrices: list[Tensor], dev: GoldSet) -> list[tuple[Extraction, str]]:
-    """The dev set's tau for the attention alone, and for what every command reads after
-    ``--tune-on`` (the prior, words spelled alike linked), each with its label, side by side."""
-    plain = tune(matrices, dev.gold, diagonal=0.0)[0]
-    chosen = tune(matrices, dev.gold, words=dev.words)[0]
-    return [(plain, "dev, attention alone"), (chosen, "dev")]
+def tuned(matrices: list[Tensor], dev: GoldSet) -> list[tuple[Extraction, str, list]]:
+    """The dev set's reading of the attention alone (tau only), and with every parameter tuned
+    (what ``scripts/align.py --tune-on`` records), each with its label and trials."""
+    plain, plain_trials = tune(matrices, dev.gold, fixed={"diagonal": 0.0, "alike": 0.0})
+    chosen, trials = tune(matrices, dev.gold, dev.words)
+    return [(plain, "dev, attention alone", plain_trials), (chosen, "dev", trials)]
 
 
 def merged_rows(runs: list[Run], heads: dict, gold: GoldSet, dev: GoldSet | None) -> list[Row]:
@@ -131,14 +150,17 @@ def merged_rows(runs: list[Run], heads: dict, gold: GoldSet, dev: GoldSet | None
     for one in (r for r in runs if not r.reverse):
         for other in (r for r in runs if r.reverse):
             (ours, our_head), (theirs, their_head) = heads[one.name], heads[other.name]
-            readings = [(Extraction("grow-diag"), "no dev set")]
+            readings = [(Extraction("grow-diag"), "no dev set", [])]
             if dev is not None:
                 dev_theirs = turned(other.on_dev(their_head, dev))
                 readings = tuned(merged(one.on_dev(our_head, dev), dev_theirs), dev)
-            for chosen, how in readings:
+            for chosen, how, trials in readings:
                 links = read(merged(ours, theirs), chosen, gold)
                 label = f"{one.name}+{other.name}: merged, {chosen.name} ({how})"
                 rows.append(Row.of(label, links, gold.gold))
+                if trials and how == "dev":
+                    print(f"{label}: chosen on {dev.name}, development AER of each value tried:")
+                    print(format_trials(trials))
     return rows
 
 
@@ -287,14 +309,20 @@ def parse_args() -> Namespace:
     parser.add_argument("--by-length", action="store_true", help="AER by source length too")
     parser.add_argument("--join-short", type=int, nargs="+", metavar="K", default=[])
     parser.add_argument("--short-words", type=int, default=10, help="see --join-short")
-    parser.add_argument("--tune-on", choices=sorted(SHARED_GOLD_SETS), help="a dev gold set")
+    parser.add_argument(
+        "--tune-on",
+        nargs="+",
+        choices=DEV_SETS,
+        default=[],
+        help="development gold sets (their links summed): every choice is made on them",
+    )
     parser.add_argument("--teacher-pairs", type=int, default=400, help="0: no teacher rows")
     parser.add_argument(
         "--agreement-on", choices=sorted(AGREEMENT_TEXTS), help="long text, no gold"
     )
     args = parser.parse_args()
-    if args.tune_on is not None and args.tune_on in args.gold:
-        parser.error(f"--tune-on {args.tune_on} is also a --gold set: tune on another")
+    if set(args.tune_on) & set(args.gold):
+        parser.error(f"--tune-on {args.tune_on} and --gold {args.gold} share a set")
     if (args.gold or args.tune_on or args.agreement_on) and args.data_dir is None:
         parser.error("--gold, --tune-on and --agreement-on need --data-dir or TRANSFORMER_MT_DATA")
     return args
@@ -317,7 +345,11 @@ def main() -> None:
         "tokenize": tokenize,
     }
     langs = data.src_lang, data.tgt_lang
-    dev = shared_gold_set(args.tune_on, args.data_dir, *langs) if args.tune_on else None
+    dev = (
+        combined([shared_gold_set(name, args.data_dir, *langs) for name in args.tune_on])
+        if args.tune_on
+        else None
+    )
     for gold in gold_sets(args, *langs):
         score_gold(gold, runs, args, train, dev)
     if args.agreement_on:

@@ -1,40 +1,47 @@
 """Word alignments from a trained model's cross-attention, scored against gold.
 
     python scripts/align.py RUN --src es.txt --tgt en.txt --gold gold.wa --output es-en.align
-    # the best alignments: a reverse run merged in, tau tuned on a dev set first
-    python scripts/align.py RUN --reverse-run RUN_EN_ES --tune-on xlwa:dev.tsv
+    # the best alignments: a head and its reading chosen on development data, then merged with
+    # a reverse run (export TRANSFORMER_MT_DATA=... for the shared development sets)
+    python scripts/align.py RUN --tune-on xlwa_dev --tune-on epps_dev
+    python scripts/align.py RUN --reverse-run RUN_EN_ES --tune-on xlwa_dev --tune-on epps_dev
     python scripts/align.py RUN --reverse-run RUN_EN_ES --src es.txt --tgt en.txt --output both.align
 
 It prints each decoder layer's AER / precision / recall (heads averaged, in each mode) with the
 rows' entropy and uncovered source words; with gold, every head's AER, drawn to
-``RUN/align/aer_heads.png``, the best recorded in ``RUN/align/best_head.json``. ``--output``
-writes Pharaoh links (0-based ``source-target``) of ``--head`` (default: the guided head, else
-the best recorded, else the last layer's mean) read by ``--method`` (default: grow-diag at the
-tau ``--tune-on`` recorded, with the diagonal prior and words spelled alike linked, else
-argmax). ``--reverse-run``: a model trained the other way; the two heads' matrices merged by
-their geometric mean, read by grow-diag at the pair's tuned tau, the same way. Without
-``--src``, a demo run aligns its own test pairs against the generator's gold.
+``RUN/align/aer_heads.png`` (scored only: nothing is chosen on ``--gold``). ``--tune-on`` (one
+or more development sets, their links summed) chooses the head (the guided one, else the best
+on them) and every parameter of its reading (tau, the diagonal prior and its narrowing and
+anchoring past a length, words spelled alike), printing each value tried, and records it in
+``RUN/align/reading.json``; ``--diagonal`` / ``--no-alike`` keep those fixed. ``--output``
+writes Pharaoh links (0-based ``source-target``) of ``--head`` (default: the tuned reading,
+else the guided head, else the last layer's mean by argmax). ``--reverse-run``: a model trained
+the other way; the two heads' matrices merged by their geometric mean, read by the pair's own
+tuned reading (``RUN/align/reading_merged.json``). Without ``--src``, a demo run aligns its
+own test pairs against the generator's gold.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from transformer_mt.align.extract import EXTRACTIONS, MERGED_RECORD, Extraction
+from transformer_mt.align.extract import EXTRACTIONS, Extraction
 from transformer_mt.align.links import format_pharaoh
-from transformer_mt.align.reading import MODES
+from transformer_mt.align.reading import MERGED_RECORD, MODES, ReadingRecord
 from transformer_mt.analysis.pipeline import (
     Aligner,
     Row,
     demo_pairs,
-    dev_set,
+    dev_sets,
     every_method,
     file_pairs,
     format_grid,
     format_layers,
     format_rows,
+    format_trials,
     merge_pair,
     scan_heads,
     scan_layers,
@@ -66,7 +73,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tau", type=float, help="grow-diag's tau (default: the run's tuned one)")
     add_reading_overrides(parser)
     parser.add_argument(
-        "--tune-on", metavar="FORMAT:PATH", help="a dev set, xlwa:FILE or graca:DIR"
+        "--tune-on",
+        action="append",
+        metavar="SET",
+        help="a development gold set: xlwa_dev, epps_dev (under TRANSFORMER_MT_DATA), "
+        "xlwa:FILE or graca:DIR; repeat to combine (their links summed)",
     )
     parser.add_argument("--reverse-run", type=Path, help="a run trained the other way, merged in")
     parser.add_argument("--output", type=Path, help="write the links here, Pharaoh format")
@@ -80,10 +91,18 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def fixed_parameters(args: argparse.Namespace) -> dict[str, float]:
+    """The reading parameters the command line gives, which ``--tune-on`` keeps as they are."""
+    fixed = {"diagonal": args.diagonal, "alike": args.alike, "tau": args.tau}
+    return {name: float(value) for name, value in fixed.items() if value is not None}
+
+
 @report_user_errors
 def main() -> None:
     args = parse_args()
-    Extraction.for_run(args.method, args.tau, diagonal=args.diagonal)  # named before any work
+    Extraction().overridden(args.method, args.tau, args.diagonal)  # named before any work
+    if args.tune_on is not None and args.method == "argmax":
+        raise UserError("--tune-on tunes grow-diag's parameters: leave out --method argmax")
     run = Aligner(args.run_dir, args.average_last)
     pair = None
     if args.reverse_run is not None:
@@ -92,13 +111,15 @@ def main() -> None:
             raise UserError(f"--reverse-run {args.reverse_run} translates as {args.run_dir} does")
         pair = reverse, reverse.reading(args.head, args.mode)
     if args.tune_on is not None:
-        dev, dropped = dev_set(args.tune_on, run.direction).foldable(run.tokenizer)
-        chosen, table, what = tune_run(run, dev, run.reading(args.head, args.mode), pair)
-        print(f"tuning on {args.tune_on} ({len(dev)} pairs, {dropped} left out), {what}:")
-        scores = "  ".join(f"{t:g}: {a:.3f}" for t, _, a, _, _ in table)
-        read_as = f"diagonal {chosen.diagonal:g}" + ", alike" * chosen.alike
-        print(f"  grow-diag AER by tau ({read_as}): {scores}")
-        print(f"  chosen {chosen.name}, recorded in {run.records}")
+        data_dir = os.environ.get("TRANSFORMER_MT_DATA")
+        dev, dropped = dev_sets(args.tune_on, run.direction, data_dir).foldable(run.tokenizer)
+        # the head to tune: the one named, else the guided head, else the best on the dev set
+        head = run.reading(args.head, args.mode) if args.head or run.guided else None
+        record, what = tune_run(run, dev, head, pair, fixed_parameters(args))
+        print(f"tuning on {dev.name} ({len(dev)} pairs, {dropped} left out), {what}:")
+        print("  development AER of each value tried:")
+        print(format_trials(record.trials))
+        print(f"  chosen {record.reading.label}, recorded in {run.records}")
         if args.src is None:
             return  # tuning alone
     if args.src is None:
@@ -112,14 +133,18 @@ def main() -> None:
     print(format_layers(scan_layers(attention, gold)))
     if gold is not None:
         scan = scan_heads(attention, gold)
-        best = scan.record(run.records, pairs.name)
+        best = scan.best
         grid = scan.grids[best.reading.mode]
         print(f"\nAER per head ({best.reading.mode}; the last column is the layer's mean):")
         print(format_grid(grid))
         title = f"AER per head, {best.reading.mode}: {pairs.name}"
         figure = plot_aer_grid([[s.aer for s in row] for row in grid], title)
+        run.records.mkdir(parents=True, exist_ok=True)
         figure.savefig(run.records / "aer_heads.png", dpi=120)
-        print(f"best head: {best.reading.name}, AER {best.aer:.3f}, recorded in {run.records}")
+        print(
+            f"lowest on this gold: {best.reading.name}, AER {best.aer:.3f} (scored only; "
+            f"--tune-on chooses a head on development data)"
+        )
     reading = run.reading(args.head, args.mode, args.method, args.tau, args.diagonal, args.alike)
     links = attention.links(reading)
     print(
@@ -129,19 +154,16 @@ def main() -> None:
     rows = (
         []
         if gold is None
-        else [Row.of(r.label, attention.links(r), gold) for r in every_method(reading, run.records)]
+        else [Row.of(r.label, attention.links(r), gold) for r in every_method(reading)]
     )
     if pair is not None:
-        how = Extraction.for_run(
-            args.method or "grow-diag",
-            args.tau,
-            run.records,
-            MERGED_RECORD,
-            args.diagonal,
-            args.alike,
+        merged_record = ReadingRecord.load(args.run_dir, MERGED_RECORD)
+        base = (
+            Extraction("grow-diag") if merged_record is None else merged_record.reading.extraction
         )
-        if not how.source.startswith("tuned"):
-            print(f"note: no tau tuned for the pair: {how.name} (tune it with --tune-on)")
+        how = base.overridden(args.method, args.tau, args.diagonal, args.alike)
+        if merged_record is None:
+            print(f"note: no reading tuned for the pair: {how.name} (tune it with --tune-on)")
         links, theirs = merge_pair(attention, reading, pair, how)
         print(f"merged with {pair[1].name} of {args.reverse_run} by their geometric mean, read")
         print(f"  by {how.name} {how.source}".rstrip())

@@ -241,7 +241,7 @@ CASES = {
         "translate.py",
         lambda p: [p.run, "--alignments", "--head", "best", "--input", p.tmp / "src.txt"],
         {},
-        r"--head best: .*best_head\.json does not exist",
+        r"--head best: .*reading\.json does not exist: choose a head on development data",
     ),
     "translate --tau with argmax": (
         "translate.py",
@@ -265,7 +265,13 @@ CASES = {
         "align.py",
         lambda p: [p.run, "--tune-on", p.tmp / "dev.tsv"],
         {},
-        r"--tune-on .*dev\.tsv.*: expected xlwa:FILE\.tsv or graca:FOLDER",
+        r"--tune-on .*dev\.tsv.*: expected xlwa_dev, epps_dev, xlwa:FILE\.tsv or graca:FOLDER",
+    ),
+    "align --tune-on a test set": (
+        "align.py",
+        lambda p: [p.run, "--tune-on", "xlwa_dev", "--tune-on", "graca"],
+        {},
+        r"--tune-on graca: a test set, scored only; tune on xlwa_dev and epps_dev",
     ),
     "align --tune-on with --gold but no --src/--tgt": (
         "align.py",
@@ -332,7 +338,7 @@ CASES = {
         "plot_alignment.py",
         lambda p: [p.run, "--src", "el gato", "--head", "best", "--out", p.tmp / "plot"],
         {},
-        r"--head best: .*best_head\.json does not exist",
+        r"--head best: .*reading\.json does not exist: choose a head on development data",
     ),
     "explore a directory that is not a run": (
         "explore.py",

@@ -151,15 +151,14 @@ def test_a_guided_run_opens_on_its_head_in_its_reading(explorer_run, tmp_path) -
         _, layer, _, head, reading, method, about = _opening_view(opened)
         assert (layer, head, reading, method) == ("1", "3", mode, "argmax")
         assert f"align.guided: head 1:3 ({mode}) (shown first)" in about
-    # a run without a guided head opens on the best head align.py recorded, read as recorded
+    # a run with a reading tuned by align.py --tune-on opens on it, read as recorded
     from transformer_mt.align.extract import Extraction
-    from transformer_mt.align.reading import BestHead
+    from transformer_mt.align.reading import ReadingRecord
 
     run = tmp_path / "scored"
     shutil.copytree(explorer_run, run, ignore=shutil.ignore_patterns("*.png", "logs", "align"))
-    (run / "align").mkdir()
     best = HeadReading(2, 4, "shift", Extraction("grow-diag", 0.1))
-    BestHead(best, 0.2).save(run / "align" / "best_head.json", {}, "a test")
+    ReadingRecord(best, "a test").save(run / "align")
     _, layer, _, head, reading, method, about = _opening_view(Explorer(run))
     assert (layer, head, reading, method) == ("2", "4", "shift", "grow-diag")
 
@@ -447,7 +446,7 @@ def test_the_page_in_headless_chromium(page_url, explorer, tmp_path) -> None:
 
 
 def test_hard_alignment_view_reads_links_by_the_chosen_method(explorer) -> None:
-    from transformer_mt.align.extract import EXTRACTIONS, Extraction, record_folder
+    from transformer_mt.align.extract import EXTRACTIONS, Extraction
     from transformer_mt.app.session import EXTRACTION_TITLES
 
     src_ids, hyps = explorer.given(SOURCE, "the black cat sleeps at home")
@@ -458,7 +457,7 @@ def test_hard_alignment_view_reads_links_by_the_chosen_method(explorer) -> None:
         _, lines, _ = explorer.figures(pair, "cross", 2, 3, "words", "causal", method)
         assert EXTRACTION_TITLES[method] in lines.layout.title.text
         got = sorted((t.x[0], t.x[1]) for t in lines.data if t.mode == "lines")
-        expected = Extraction.for_run(method, None, record_folder(explorer.run_dir)).links(cross)
+        expected = Extraction().overridden(method).links(cross)  # the run has nothing tuned
         assert got == sorted((float(i), float(j)) for i, j in expected)
         drawn[method] = got
     # grow-diag keeps every mutual argmax: the links both methods agree on

@@ -9,14 +9,12 @@ import torch
 
 from transformer_mt.align.extract import (
     EXTRACTIONS,
-    TUNING_GRID,
+    TUNING_GRIDS,
     Extraction,
     anchored_path,
     diagonal_prior,
     hard_alignment,
     merge_directions,
-    record_folder,
-    save_tuned,
     spelled_alike,
     teacher_rows,
     tune,
@@ -71,53 +69,74 @@ def test_bad_methods_and_taus_are_named():
     assert Extraction("grow-diag").tau == 0.0 and Extraction("grow-diag").name == "grow-diag 0"
 
 
-def test_an_explicit_tau_wins_then_the_runs_tuned_one_then_the_default(tmp_path):
-    folder = record_folder(tmp_path / "checkpoints" / "last.ckpt")  # a checkpoint's run
-    assert folder == tmp_path / "align"
-    assert Extraction.for_run("grow-diag", None, folder).name == "grow-diag 0"
-    assert Extraction.for_run(None, None, folder) == Extraction("argmax")  # nothing tuned
-    save_tuned(folder, Extraction("grow-diag", 0.15), "dev.tsv", [])
-    tuned = Extraction.for_run("grow-diag", None, folder)
-    assert (tuned.tau, tuned.source) == (0.15, "tuned on dev.tsv")
-    # with no method, a run with a tuned tau is read by grow-diag at it: the dev sets' choice
-    assert Extraction.for_run(None, None, folder) == Extraction("grow-diag", 0.15)
-    assert Extraction.for_run("grow-diag", 0.5, folder).tau == 0.5
-    assert Extraction.for_run(None, 0.5, folder) == Extraction("grow-diag", 0.5)
-    assert Extraction.for_run("argmax", None, folder).tau is None
-    # a tuned prior width goes with every method; a given one replaces it, 0 turns it off
-    save_tuned(folder, Extraction("grow-diag", 0.15, 4), "dev.tsv", [])
-    assert Extraction.for_run(None, None, folder) == Extraction("grow-diag", 0.15, 4)
-    assert Extraction.for_run("argmax", None, folder) == Extraction("argmax", None, 4)
-    assert Extraction.for_run(None, None, folder, diagonal=0) == Extraction("grow-diag", 0.15)
-    assert Extraction.for_run(None, 0.3, folder) == Extraction("grow-diag", 0.3, 4)
-    assert Extraction.for_run(None, None, folder).name == "grow-diag 0.15, diagonal 4"
-    # a record of an older align.py (its methods were removed) is named, not misread
-    (folder / "extraction.json").write_text(json.dumps({"parameters": {"threshold": 0.2}}))
-    with pytest.raises(UserError, match="written by an older scripts/align.py"):
-        Extraction.for_run(None, None, folder)
+def test_a_command_line_changes_what_it_names_and_keeps_the_rest():
+    tuned = Extraction("grow-diag", 0.15, 4.0, 30, 30, 0.9, source="tuned on dev")
+    assert tuned.overridden() is tuned
+    assert tuned.overridden("argmax") == Extraction("argmax", None, 4.0, 30, 30, 0.9)
+    assert tuned.overridden(tau=0.3) == Extraction("grow-diag", 0.3, 4.0, 30, 30, 0.9)
+    assert tuned.overridden(diagonal=0) == Extraction("grow-diag", 0.15, 0.0, 30, 30, 0.9)
+    assert tuned.overridden(alike=False) == Extraction("grow-diag", 0.15, 4.0, 30, 30, 0.0)
+    assert tuned.overridden(tau=0.3).source == "given"
+    # a tau alone means grow-diag; grow-diag over argmax starts from the default tau
+    assert Extraction().overridden(tau=0.2) == Extraction("grow-diag", 0.2)
+    assert Extraction().overridden("grow-diag") == Extraction("grow-diag", 0.0)
+    assert tuned.name == "grow-diag 0.15, diagonal 4 (narrows past 30, anchored past 30), alike 0.9"
+
+
+@pytest.mark.parametrize(
+    "extraction",
+    [
+        Extraction(),
+        Extraction("grow-diag"),
+        Extraction("grow-diag", 0.25, 8.0, 30, 20, 0.7),
+        Extraction("argmax", None, 2.0, 0, 50, 0.5),
+    ],
+)
+def test_an_extraction_round_trips_through_its_one_serialised_form(extraction):
+    saved = json.loads(json.dumps(extraction.to_dict()))
+    assert Extraction.from_dict(saved, "a test") == extraction
+    assert set(saved) == {"method", "tau", "diagonal", "narrows_past", "anchored_past", "alike"}
+
+
+def test_a_bad_stored_extraction_is_named():
+    with pytest.raises(
+        UserError, match=r"reading.json: unknown reading parameter\(s\) \['width'\]"
+    ):
+        Extraction.from_dict({"method": "argmax", "width": 3}, "reading.json")
+    with pytest.raises(UserError, match="alike 1.01: .* 1 or more would force their links"):
+        Extraction(alike=1.01)
+    with pytest.raises(UserError, match="narrows_past -1: a number of source words"):
+        Extraction(narrows_past=-1)
 
 
 def test_tuning_picks_the_dev_sets_best_tau_from_the_dev_gold_alone():
     # the dev gold wants target 1's two links and nothing for target 3: grow-diag keeps (2, 1)
     # up to tau 0.46 and target 3's weak argmax (0, 3) is never grown (final-and)
     sure = {(0, 0), (1, 1), (2, 1), (3, 2)}
-    best, table = tune([W], [(sure, sure)], grid=(0.0, 0.47, 0.6, 0.85), diagonal=0.0)
+    best, trials = tune([W], [(sure, sure)], grids={"tau": (0.0, 0.47, 0.6, 0.85)})
     assert best == Extraction("grow-diag", 0.0)
     # AER = 1 - 2|A & S| / (|A| + |S|): 0.47 loses (2,1) (0.46); 0.6 loses (1,1) (0.48) too;
     # 0.85 keeps (0,0) alone
     expected = [0.0, 1 - 6 / 7, 1 - 4 / 6, 1 - 2 / 5]
-    assert [aer for _, _, aer, _, _ in table] == pytest.approx(expected)
+    assert [(t.parameter, t.value, t.round) for t in trials] == [
+        ("tau", v, 1) for v in (0.0, 0.47, 0.6, 0.85)
+    ]
+    assert [t.aer for t in trials] == pytest.approx(expected)
 
 
 def test_tune_reads_nothing_but_what_it_is_given(monkeypatch):
-    """tau is a function of the dev matrices and dev gold: no file is opened."""
+    """Every choice is a function of the dev matrices and dev gold: no file is opened."""
 
     def no_files(*args, **kwargs):
         raise AssertionError("tune opened a file")
 
     monkeypatch.setattr("builtins.open", no_files)
     sure = {(0, 0), (1, 1), (3, 2)}
-    assert tune([W], [(sure, sure)])[0].tau in TUNING_GRID
+    best, trials = tune([W], [(sure, sure)])
+    assert best.tau in TUNING_GRIDS["tau"]
+    # every parameter but alike (no words given) was tried over its whole grid
+    tried = {t.parameter for t in trials}
+    assert tried == set(TUNING_GRIDS) - {"alike"} and best.alike == 0.0
 
 
 def test_two_directions_merge_cell_by_cell_by_their_geometric_mean():
@@ -141,25 +160,6 @@ def test_teacher_rows_read_back_give_the_teachers_links_where_each_method_can():
     assert hard_alignment(rows, "argmax") == {(0, 0), (1, 1), (3, 2), (0, 3)}  # one per row
 
 
-def test_saved_record_names_what_it_was_tuned_on(tmp_path):
-    path = save_tuned(tmp_path, Extraction("grow-diag", 0.2, 4), "xlwa dev.tsv", [[0.2, 4, 0.3]])
-    record = json.loads(path.read_text())
-    assert record["tuned_on"] == "xlwa dev.tsv"
-    assert (record["method"], record["tau"], record["diagonal"]) == ("grow-diag", 0.2, 4.0)
-    assert record["alike"] is False
-    del record["diagonal"], record["alike"]  # a record from before the prior: read as none
-    path.write_text(json.dumps(record))
-    assert Extraction.for_run(None, None, tmp_path) == Extraction("grow-diag", 0.2)
-    save_tuned(tmp_path, Extraction("grow-diag", 0.1, 8, alike=True), "dev", [])
-    assert Extraction.for_run(None, None, tmp_path) == Extraction("grow-diag", 0.1, 8, alike=True)
-    # words alike go with every method and width a command line gives
-    assert Extraction.for_run("argmax", None, tmp_path).alike
-    assert Extraction.for_run(None, None, tmp_path, diagonal=0).name == "grow-diag 0.1, alike"
-    # --no-alike: the attention alone, at the tuned tau and width
-    assert Extraction.for_run(None, None, tmp_path, alike=False) == Extraction("grow-diag", 0.1, 8)
-    assert not Extraction.for_run("argmax", None, tmp_path, alike=False).alike
-
-
 SPANISH = "Juan vive en Madrid, desde 2003 y a Juan".split()
 ENGLISH = "Juan has lived in madrid since 2003 and to Juan .".split()
 
@@ -172,25 +172,31 @@ def test_words_spelled_alike_by_hand():
     assert spelled_alike(["."], ["."]) == set() and spelled_alike(["7"], ["7"]) == {(0, 0)}
 
 
-def test_a_word_spelled_alike_wins_its_row_and_the_rest_stay():
-    # target "Madrid" (row 1) attends more to "vive" (source 1) than to "Madrid" (source 2);
-    # target "lives" (row 0) has no word spelled alike and keeps its argmax
-    weights = torch.tensor([[0.2, 0.7, 0.1], [0.1, 0.5, 0.4]])
+def test_a_word_spelled_alike_is_raised_but_never_outranks_its_rows_best():
+    # target "Madrid" (row 1) attends to "vive" (source 1) more than to "Madrid" (source 2):
+    # the raise to 0.9 x 0.8 leaves row 1's argmax where it was (no forced link) but makes
+    # (2, 1) the best of its column, where grow-diag finds it instead of (2, 0)
+    weights = torch.tensor([[0.6, 0.1, 0.3], [0.1, 0.8, 0.1]])
     pair = (["Juan", "vive", "Madrid"], ["lives", "Madrid"])
-    plain = Extraction("argmax")
-    alike = Extraction("argmax", alike=True)
-    assert plain.links(weights, pair) == {(1, 0), (1, 1)}
-    assert alike.links(weights, pair) == {(1, 0), (2, 1)}
-    assert alike.name == "argmax, alike"
-    with pytest.raises(ValueError, match="argmax, alike: the pair's words are needed"):
+    alike = Extraction("argmax", alike=0.9)
+    assert alike.links(weights, pair) == Extraction().links(weights) == {(0, 0), (1, 1)}
+    assert Extraction("grow-diag").links(weights) == {(0, 0), (1, 1), (2, 0)}
+    assert Extraction("grow-diag", alike=0.9).links(weights, pair) == {(0, 0), (1, 1), (2, 1)}
+    assert alike.name == "argmax, alike 0.9"
+    with pytest.raises(ValueError, match="argmax, alike 0.9: the pair's words are needed"):
         alike.links(weights)
-    # tuned with the dev pairs' words, tune records that they were read so
-    gold = [({(1, 0), (2, 1)}, {(1, 0), (2, 1)})]
-    best, table = tune([weights], gold, grid=(0.0,), diagonal=0.0, words=[pair])
-    assert best == Extraction("grow-diag", 0.0, alike=True)
-    # grow-diag: (0, 0) grows in either way; without the pair's words (1, 1) and (2, 1) too
-    assert table[0][2] == pytest.approx(1 - 4 / 5)
-    assert tune([weights], gold, grid=(0.0,), diagonal=0.0)[1][0][2] == pytest.approx(1 - 4 / 6)
+    # tuned with the dev pairs' words, tune tries each strength and keeps the best
+    gold = [({(0, 0), (1, 1), (2, 1)},) * 2]
+    best, trials = tune([weights], gold, [pair], grids={"tau": (0.0,), "alike": (0.0, 0.5, 0.9)})
+    # 0.5 x 0.8 = 0.4 beats the column's 0.3 as well: on the tie the weaker raise is kept
+    assert best == Extraction("grow-diag", 0.0, alike=0.5)
+    assert [(t.value, round(t.aer, 3)) for t in trials if t.parameter == "alike"][:3] == [
+        (0.0, round(1 - 4 / 6, 3)),
+        (0.5, 0.0),
+        (0.9, 0.0),
+    ]
+    # without the pairs' words, words alike are not read
+    assert tune([weights], gold, grids={"tau": (0.0,), "alike": (0.0, 0.9)})[0].alike == 0.0
 
 
 def test_the_diagonal_prior_by_hand():
@@ -206,15 +212,14 @@ def test_the_diagonal_prior_by_hand():
     # a far source word that edges out a near one loses to it under the prior: row 0's 0.3
     # at distance 1.5 (0.142) to 0.2 at 0.5 (0.156), row 1's 0.4 at 2.5 to 0.3 at 0.5
     assert hard_alignment(weights, "argmax") == {(2, 0), (0, 1)}
-    assert hard_alignment(weights, "argmax", diagonal=2.0) == {(1, 0), (3, 1)}
     assert Extraction("argmax", None, 2.0).links(weights) == {(1, 0), (3, 1)}
     with pytest.raises(UserError, match="diagonal prior width -1: a width in words"):
         Extraction("argmax", None, -1)
 
 
-def test_the_prior_narrows_past_30_source_words_in_proportion():
+def test_the_prior_narrows_past_its_length_in_proportion():
     torch.manual_seed(0)
-    for n, width in ((30, 8.0), (60, 4.0), (90, 8.0 / 3)):  # the width 8 is read at
+    for n, width in ((30, 8.0), (60, 4.0), (90, 8.0 / 3)):  # width 8, narrowing past 30
         # a square matrix whose every diagonal cell wins its row and column: its anchors lie on
         # the straight diagonal, so only the width tells a long source from a short one
         weights = torch.rand(n, n) * 0.5 + torch.eye(n)
@@ -222,7 +227,9 @@ def test_the_prior_narrows_past_30_source_words_in_proportion():
         prior = torch.exp(-(expected[:, None] - torch.arange(n) - 0.5).abs() / width)
         weighed = weights * prior
         weighed = weighed * weights.sum(-1, keepdim=True) / weighed.sum(-1, keepdim=True)
-        assert torch.allclose(diagonal_prior(weights, 8.0), weighed, atol=1e-6)
+        assert torch.allclose(diagonal_prior(weights, 8.0, 30), weighed, atol=1e-6)
+        if n > 30:  # never narrowed unless told
+            assert not torch.allclose(diagonal_prior(weights, 8.0), weighed, atol=1e-6)
 
 
 def test_the_anchored_path_by_hand():
@@ -237,7 +244,7 @@ def test_the_anchored_path_by_hand():
     assert torch.allclose(anchored_path(weights), torch.tensor(expected))
 
 
-def test_past_30_source_words_the_prior_follows_the_anchors():
+def test_past_its_length_the_prior_follows_the_anchors():
     """A 40-word source whose first 10 words have no counterpart (target j is source j + 10):
     the straight diagonal, row j at (j + 0.5)·4/3, runs through the wrong words. Three rows
     torn between their word (0.5) and a word near the straight diagonal (0.55) follow their
@@ -254,12 +261,13 @@ def test_past_30_source_words_the_prior_follows_the_anchors():
     assert hard_alignment(weights, "argmax") == truth - right | wrong
     # the near words win their rows and columns too, but go back: the chain leaves them out
     assert torch.allclose(anchored_path(weights), torch.arange(30) + 10.5)
-    assert hard_alignment(weights, "argmax", diagonal=8.0) == truth
-    # centred on the straight diagonal instead (as sources up to 30 words are), at the width
-    # 8·30/40 the prior reads at, the torn rows go wrong
+    assert Extraction("argmax", None, 8.0, 30, 30).links(weights) == truth
+    # centred on the straight diagonal instead (anchored_past 0, or a source up to 30 words),
+    # at the width 8·30/40, the torn rows go wrong
     straight = (torch.arange(30) + 0.5) * 4 / 3
     prior = torch.exp(-(straight[:, None] - torch.arange(40) - 0.5).abs() / 6.0)
     assert hard_alignment(weights * prior, "argmax") == truth - right | wrong
+    assert Extraction("argmax", None, 8.0, 30, 0).links(weights) == truth - right | wrong
 
 
 def test_a_joined_long_pair_keeps_its_links_inside_its_parts_under_the_prior():
@@ -272,11 +280,17 @@ def test_a_joined_long_pair_keeps_its_links_inside_its_parts_under_the_prior():
     weights[:6, :6], weights[6:, 6:] = 0.45 * part, 0.45 * part  # the right one
     right = {(i, i) for i in range(12)}
     assert hard_alignment(weights, "argmax") & right == set()
-    assert hard_alignment(weights, "argmax", diagonal=4.0) == right
-    for width, aer in ((0.0, 1.0), (4.0, 0.0)):  # tune reads at the width it is given
-        best, table = tune([weights], [(right, right)], grid=(0.0,), diagonal=width)
-        assert best == Extraction("grow-diag", 0.0, width)
-        assert [(w, a) for _, w, a, _, _ in table] == [(width, aer)]
+    assert Extraction("argmax", None, 4.0).links(weights) == right
+    # tune finds the prior on the dev gold; given a width, it keeps it
+    grids = {"tau": (0.0,), "diagonal": (0.0, 4.0)}
+    best, trials = tune([weights], [(right, right)], grids=grids)
+    assert best == Extraction("grow-diag", 0.0, 4.0)
+    assert [(t.value, t.aer) for t in trials if t.parameter == "diagonal"][:2] == [
+        (0.0, 1.0),
+        (4.0, 0.0),
+    ]
+    best, trials = tune([weights], [(right, right)], fixed={"diagonal": 0.0}, grids=grids)
+    assert best.diagonal == 0.0 and {t.parameter for t in trials} == {"tau"}
 
 
 def test_align_config_names_a_bad_extraction():
@@ -285,11 +299,12 @@ def test_align_config_names_a_bad_extraction():
 
     cfg = AlignConfig(guided=True, extract="grow-diag", tau=0.2)
     assert HeadReading.from_config(cfg, 2, 2).extraction == Extraction("grow-diag", 0.2)
-    cfg = AlignConfig(guided=True, extract="argmax", diagonal=4)
-    assert HeadReading.from_config(cfg, 2, 2).extraction == Extraction("argmax", None, 4)
-    with pytest.raises(UserError, match="align.diagonal: diagonal prior width -2"):
+    cfg = AlignConfig(guided=True, extract="argmax", diagonal=4, narrows_past=30, alike=0.5)
+    expected = Extraction("argmax", None, 4, 30, 0, 0.5)
+    assert HeadReading.from_config(cfg, 2, 2).extraction == expected
+    with pytest.raises(UserError, match="align.extract=argmax and its .*: diagonal prior width -2"):
         AlignConfig(diagonal=-2)
-    with pytest.raises(UserError, match="align.extract=soft / align.tau / .*: alignment method"):
+    with pytest.raises(UserError, match="align.extract=soft and its parameters: alignment method"):
         AlignConfig(extract="soft")
     with pytest.raises(UserError, match="align.extract=argmax .* takes no tau"):
         AlignConfig(tau=0.2)

@@ -145,7 +145,8 @@ def test_guided_training_needs_word_links_and_a_real_head(compose_cfg) -> None:
     settings = guided_settings(compose_cfg("align.guided=true", "data.alignments=builtin"))
     assert settings == {
         **{"weight": 0.05, "layer": -2, "head": 1, "mode": "causal"},
-        **{"extract": "argmax", "tau": None},
+        **{"extract": "argmax", "tau": None, "diagonal": 0.0},
+        **{"narrows_past": 0, "anchored_past": 0, "alike": 0.0},
     }
     cfg = TransformerConfig(n_layers=2, d_model=16, d_ff=32, n_heads=2, vocab_size=20)
     from dataclasses import asdict

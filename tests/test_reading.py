@@ -7,8 +7,15 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from transformer_mt.align.extract import Extraction, record_folder, save_tuned
-from transformer_mt.align.reading import BestHead, HeadReading, default_reading, parse_head
+from transformer_mt.align.extract import Extraction, Trial
+from transformer_mt.align.reading import (
+    MODES,
+    HeadReading,
+    ReadingRecord,
+    default_reading,
+    parse_head,
+    record_folder,
+)
 from transformer_mt.config import AlignConfig
 from transformer_mt.errors import UserError
 
@@ -68,49 +75,73 @@ def test_guided_reads_the_runs_config_and_best_its_record(tmp_path) -> None:
     ckpt.touch()
     assert parse_head("guided", 6, 8, run_dir=ckpt) == HeadReading(5, 3, "full")
 
-    with pytest.raises(UserError, match=r"--head best: .*best_head.json does not exist"):
+    with pytest.raises(UserError, match=r"--head best: .*reading.json does not exist"):
         parse_head("best", 6, 8, run_dir=run)
-    (run / "align").mkdir()
-    best = HeadReading(4, 2, "shift", Extraction("grow-diag", 0.1))
-    BestHead(best, 0.25).save(run / "align" / "best_head.json", {}, "a test")
-    # the recorded reading comes back whole: head, mode and how its links were read
+    best = HeadReading(4, 2, "shift", Extraction("grow-diag", 0.1, 8.0, 30, 30, 0.5))
+    ReadingRecord(best, "xlwa_dev").save(record_folder(run))
+    # the recorded reading comes back whole: head, mode and every parameter of its reading
     assert parse_head("best", 6, 8, run_dir=run) == best
     assert parse_head("best", 6, 8, run_dir=ckpt) == best
-    assert parse_head("best", 6, 8, run_dir=run, method="argmax") == HeadReading(4, 2, "shift")
-    assert json.loads((run / "align" / "best_head.json").read_text())["scored_on"] == "a test"
+    argmax = parse_head("best", 6, 8, run_dir=run, method="argmax")
+    assert argmax == HeadReading(4, 2, "shift", Extraction("argmax", None, 8.0, 30, 30, 0.5))
     with pytest.raises(UserError, match="--head best needs a run directory"):
         parse_head("best", 6, 8)
     with pytest.raises(UserError, match="--mode causal goes with --head L:H or L; --head best"):
         parse_head("best", 6, 8, run_dir=run, mode="causal")
-    # a record of an older align.py (method and mode fused) is named, not misread
-    (run / "align" / "best_head.json").write_text(json.dumps({"layer": 1, "reading": "shift"}))
-    with pytest.raises(UserError, match="written by an older scripts/align.py"):
-        parse_head("best", 6, 8, run_dir=run)
 
 
-def test_one_default_head_everywhere_guided_then_best_then_the_last_layer(tmp_path) -> None:
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "extraction",
+    [Extraction(), Extraction("grow-diag", 0.2), Extraction("grow-diag", 0.05, 4.0, 20, 30, 0.7)],
+)
+@pytest.mark.parametrize("head", [3, None])
+def test_a_stored_reading_round_trips_through_its_one_form(tmp_path, mode, extraction, head):
+    reading = HeadReading(2, head, mode, extraction)
+    assert HeadReading.from_dict(json.loads(json.dumps(reading.to_dict())), "x") == reading
+    reverse = HeadReading(1, 1, "causal", extraction)
+    trials = [Trial("tau", 0.1, 1, 0.3, 0.7, 0.6)]
+    ReadingRecord(reading, "xlwa_dev+epps_dev", trials, reverse).save(tmp_path / "align")
+    loaded = ReadingRecord.load(tmp_path)
+    assert (loaded.reading, loaded.reverse, loaded.trials) == (reading, reverse, trials)
+    assert loaded.reading.extraction.source == "tuned on xlwa_dev+epps_dev"
+
+
+def test_records_of_an_older_align_py_say_how_to_tune_again(tmp_path) -> None:
+    run = tmp_path / "run"
+    (run / "align").mkdir(parents=True)
+    (run / "align" / "extraction.json").write_text(json.dumps({"tau": 0.1, "diagonal": 8}))
+    with pytest.raises(UserError, match=r"extraction.json was written by an older .*--tune-on"):
+        parse_head(None, 6, 8, run_dir=run)
+    (run / "align" / "reading.json").write_text(json.dumps({"reading": {"layer": 1}}))
+    with pytest.raises(UserError, match=r"reading.json: not a stored reading"):
+        parse_head(None, 6, 8, run_dir=run)
+
+
+def test_one_policy_the_tuned_reading_then_the_guided_head_then_the_last_layer(tmp_path) -> None:
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     plain = {"guided": False, "layer": -2, "head": 1, "mode": "causal"}
     OmegaConf.save(OmegaConf.create({"align": plain}), run / "config.yaml")
     assert parse_head(None, 6, 8, run_dir=run) == HeadReading(6, None)  # nothing recorded
     assert default_reading(None, 6, 8) == HeadReading(6, None)
-    # a tuned tau and prior: read by grow-diag with the prior
-    save_tuned(record_folder(run), Extraction("grow-diag", 0.15, 8), "dev.tsv", [])
-    tuned = Extraction("grow-diag", 0.15, 8)
-    assert parse_head(None, 6, 8, run_dir=run) == HeadReading(6, None, extraction=tuned)
-    assert parse_head("2:1", 6, 8, run_dir=run) == HeadReading(2, 1, extraction=tuned)
-    best = HeadReading(4, 2, "shift")
-    BestHead(best, 0.25).save(record_folder(run) / "best_head.json", {}, "a test")
-    assert parse_head(None, 6, 8, run_dir=run) == best
     guided = {"guided": True, "layer": 1, "head": 3, "mode": "full", "extract": "argmax"}
     OmegaConf.save(OmegaConf.create({"align": guided}), run / "config.yaml")
-    # the guided head wins, read by the run's tuned tau
-    assert parse_head(None, 6, 8, run_dir=run) == HeadReading(1, 3, "full", tuned)
-    given = parse_head(None, 6, 8, run_dir=run, tau=0.3).extraction  # the recorded prior kept
-    assert given == Extraction("grow-diag", 0.3, 8)
-    plain = parse_head("2:1", 6, 8, run_dir=run, diagonal=0).extraction  # the prior turned off
-    assert plain == Extraction("grow-diag", 0.15) and plain.name == "grow-diag 0.15"
+    assert parse_head(None, 6, 8, run_dir=run) == HeadReading(1, 3, "full")  # as configured
+    # a reading tuned on dev: every command reads it, whole
+    tuned = Extraction("grow-diag", 0.15, 8.0, 30, 30, 0.9)
+    ReadingRecord(HeadReading(4, 2, "shift", tuned), "dev").save(record_folder(run))
+    assert parse_head(None, 6, 8, run_dir=run) == HeadReading(4, 2, "shift", tuned)
+    assert parse_head("4:2", 6, 8, run_dir=run, mode="shift") == HeadReading(4, 2, "shift", tuned)
+    # a tau tuned for one head is not applied to another, nor to the same head's other rows
+    assert parse_head("2:1", 6, 8, run_dir=run) == HeadReading(2, 1)
+    assert parse_head("4:2", 6, 8, run_dir=run) == HeadReading(4, 2)
+    assert parse_head("guided", 6, 8, run_dir=run) == HeadReading(1, 3, "full")
+    # a command line changes what it names and keeps the rest of the tuned reading
+    given = parse_head(None, 6, 8, run_dir=run, tau=0.3).extraction
+    assert given == Extraction("grow-diag", 0.3, 8.0, 30, 30, 0.9)
+    off = parse_head(None, 6, 8, run_dir=run, diagonal=0, alike=0.0).extraction
+    assert off == Extraction("grow-diag", 0.15, 0.0, 30, 30, 0.0) and off.name == "grow-diag 0.15"
     with pytest.raises(UserError, match="--mode shift goes with --head L:H or L; the default"):
         parse_head(None, 6, 8, run_dir=run, mode="shift")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from transformer_mt.align.gold import clean_gold, read_sentences
-from transformer_mt.align.reading import BestHead, HeadReading
+from transformer_mt.align.reading import HeadReading
 from transformer_mt.analysis import LayerScores
 from transformer_mt.analysis.pipeline import HeadScan, format_layers
 from transformer_mt.cli import report_user_errors
@@ -57,7 +57,7 @@ def _scores(layer: int, aer: float | None, head: int | None = None, mode="causal
     )
 
 
-def test_head_scan_picks_the_best_head_of_every_mode_and_records_it(tmp_path: Path) -> None:
+def test_head_scan_picks_the_best_head_of_every_mode() -> None:
     def grid(mode: str, aers: list[list[float]]) -> list[list[LayerScores]]:
         return [
             [
@@ -78,12 +78,6 @@ def test_head_scan_picks_the_best_head_of_every_mode_and_records_it(tmp_path: Pa
     assert scan.best_of("causal", heads=False).reading == HeadReading(2, None)  # a layer mean
     assert scan.best_of("causal").reading == HeadReading(2, 2)
     assert scan.cell(HeadReading(2, None, "shift")).aer == 0.75
-    (tmp_path / "run").mkdir()
-    assert BestHead.load(tmp_path / "run") is None  # nothing recorded yet
-    scan.record(tmp_path / "run" / "align", "two pairs")
-    assert BestHead.load(tmp_path / "run") == scan.best
-    # a checkpoint of the run finds the same record
-    assert BestHead.load(tmp_path / "run" / "checkpoints" / "last.ckpt") == scan.best
     rows = {
         "causal": [_scores(1, 0.4), _scores(2, 0.2)],
         "shift": [_scores(1, 0.9), _scores(2, 0.1)],
@@ -136,9 +130,9 @@ def test_sweep_table_lists_every_job_and_what_differs(tmp_path: Path) -> None:
 def test_pipeline_captures_full_context_only_when_a_full_reading_asks(tmp_path: Path) -> None:
     import torch
 
-    from transformer_mt.align.extract import Extraction, save_tuned
+    from transformer_mt.align.extract import Extraction
     from transformer_mt.align.gold import GoldSet
-    from transformer_mt.analysis.pipeline import CorpusAttention, Row, dev_set, every_method
+    from transformer_mt.analysis.pipeline import CorpusAttention, Row, dev_sets, every_method
 
     causal = [torch.tensor([[[[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]]]])]  # (1,1,3,3)
     full = [causal[0].flip(-2)]
@@ -157,9 +151,12 @@ def test_pipeline_captures_full_context_only_when_a_full_reading_asks(tmp_path: 
     assert calls == [1]  # captured once, kept
     row = Row.of("x", attention.links(HeadReading(1, None)), pairs.gold)
     assert (row.aer, row.precision, row.recall) == (0.0, 1.0, 1.0)
-    # every method on one head: the reading itself first, then grow-diag at the run's tau
-    save_tuned(tmp_path, Extraction("grow-diag", 0.2), "dev", [])
-    readings = every_method(HeadReading(2, 1), tmp_path)
-    assert [r.extraction for r in readings] == [Extraction(), Extraction("grow-diag", 0.2)]
-    with pytest.raises(UserError, match="--tune-on 'dev.tsv': expected xlwa:FILE.tsv or graca"):
-        dev_set("dev.tsv", ("es", "en"))
+    # every method on one head: the reading itself first, then the other, the rest kept
+    tuned = HeadReading(2, 1, extraction=Extraction("grow-diag", 0.2, 4.0))
+    readings = every_method(tuned)
+    assert [r.extraction for r in readings] == [tuned.extraction, Extraction("argmax", None, 4.0)]
+    with pytest.raises(UserError, match="--tune-on 'dev.tsv': expected xlwa_dev, epps_dev, xlwa"):
+        dev_sets(["dev.tsv"], ("es", "en"), None)
+    # a shared test set is never a development set
+    with pytest.raises(UserError, match="--tune-on graca: a test set, scored only"):
+        dev_sets(["xlwa_dev", "graca"], ("es", "en"), tmp_path)

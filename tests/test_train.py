@@ -97,7 +97,10 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     """Guided alignment end to end in seconds: the built-in links, the head trained and read
     with the full target as context or shifted, AER on a gold set at validation, the head's
     heatmap, and ``--head guided`` finding the head with its reading."""
+    from transformer_mt.align.extract import Extraction
+    from transformer_mt.align.links import corpus_scores
     from transformer_mt.align.reading import HeadReading, parse_head
+    from transformer_mt.analysis.pipeline import Aligner, file_pairs
 
     (tmp_path / "g.es").write_text("el gato negro\nla casa\n")
     (tmp_path / "g.en").write_text("the black cat\nthe house\n")
@@ -110,8 +113,15 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
         *("heatmaps.valid_sentences=0", "checkpoint.keep_last=1", "trainer.val_check_interval=2"),
         *("data.alignments=builtin", "align.guided=true", f"align.mode={reading}"),
         f"+align.gold.tiny={gold}",
+        # shifted, the head is read with every reading parameter set, as validation must read it
+        *(
+            ["align.extract=grow-diag", "align.diagonal=2", "align.alike=0.5"]
+            * (reading == "shift")
+        ),
     )
     metrics = run(cfg)
+    shift = reading == "shift"
+    how = Extraction("grow-diag", 0.0, 2.0, alike=0.5) if shift else Extraction()
     out = tmp_path / "run"
     assert metrics["steps"] == 2
     logged = (next(out.rglob("metrics.csv"))).read_text()
@@ -125,16 +135,27 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     assert aer["best_layer"] == round(float(rows[-1]["val/aer_tiny_best_layer"]), 4)
     assert json.loads((out / "metrics.json").read_text())["aer"] == metrics["aer"]
     printed = capsys.readouterr().out
-    assert f"AER tiny: guided head 1:1 ({reading}) {aer['guided_head']:.3f}, best layer" in printed
+    named = f"1:1 ({reading})" + f", {how.name}" * shift
+    assert f"AER tiny: guided head {named} {aer['guided_head']:.3f}, best layer" in printed
     drawn = metrics["alignment"]["guided_head"]
     assert drawn["png"] == "alignment_layer1_head1.png" and (out / drawn["png"]).is_file()
     # shifted, a word's row is the one where it is the input: no EOS row in the picture
     n_words = len(metrics["alignment"]["example"]["target"].split())
     assert len(drawn["strongest"]) == n_words + (reading == "full")
-    shift = reading == "shift"
-    assert parse_head("guided", 2, 2, run_dir=out) == HeadReading(1, 1, reading)
+    guided = HeadReading(1, 1, reading, how)
+    assert parse_head("guided", 2, 2, run_dir=out) == guided
     ckpt = out / "checkpoints" / "last.ckpt"
-    assert parse_head("guided", 2, 2, run_dir=ckpt) == HeadReading(1, 1, reading)
+    assert parse_head("guided", 2, 2, run_dir=ckpt) == guided
+    # validation read the head as every command does: the module's reading, and the AER that
+    # align.py's pipeline gives for the same reading on the same gold
+    hparams = torch.load(ckpt, weights_only=False)["hyper_parameters"]
+    assert HeadReading.from_config(hparams["guided"], 2, 2) == guided
+    aligner = Aligner(out)
+    pairs = file_pairs(
+        *(tmp_path / f for f in ("g.es", "g.en", "g.wa")), False, False, ("es", "en")
+    )
+    links = aligner.capture(pairs, progress=False).links(aligner.reading())
+    assert round(corpus_scores(links, pairs.gold)[0], 4) == aer["guided_head"]
     # the benchmark reads the guided head as trained, beside eflomal on the same text
     pytest.importorskip("eflomal")  # installed in CI (.ci/run: the [align] extra)
     from .conftest import ROOT
@@ -486,19 +507,13 @@ def test_align_cli_scores_files_and_writes_pharaoh(small_run, tmp_path) -> None:
     assert result.returncode == 0, result.stderr
     assert "causal AER/P/R" in result.stdout and "full AER/P/R" in result.stdout
     assert "(2)" in result.stdout  # two sentences of 1-10 words
-    # every head scored: a table, a picture, and the best reading recorded for the others
-    assert "AER per head" in result.stdout and "best head: 1" in result.stdout
-    record = json.loads((out / "align" / "best_head.json").read_text())
-    assert record["layer"] == 1 and record["method"] == "argmax"
-    assert set(record["grids"]) == {"causal", "shift", "full"}
-    assert len(record["grids"]["causal"][0]) == 3  # 2 heads and the mean
+    # every head scored: a table and a picture; nothing is chosen on the gold it scores
+    assert "AER per head" in result.stdout and "lowest on this gold: 1" in result.stdout
+    assert "(scored only; --tune-on chooses a head on development data)" in result.stdout
     assert (out / "align" / "aer_heads.png").stat().st_size > 0
-    # the best of every cell of every grid is the one recorded
-    cells = [aer for grid in record["grids"].values() for row in grid for aer in row]
-    assert record["aer"] == pytest.approx(min(cells), abs=1e-4)
-    # no --head: the run has no guided head, so the best just recorded is written
-    best = f"{record['layer']}:{record['head']}" if record["head"] else str(record["layer"])
-    assert f"links of {best}" in result.stdout
+    assert not (out / "align" / "reading.json").exists()
+    # no --head and nothing tuned, no guided head: the last layer's heads averaged, by argmax
+    assert "links of 1 by argmax" in result.stdout
     lines = (tmp_path / "links").read_text().splitlines()
     assert [len(line.split()) for line in lines] == [3, 2]  # one link per target word
     one = _script(
@@ -531,28 +546,8 @@ def test_align_cli_scores_files_and_writes_pharaoh(small_run, tmp_path) -> None:
     assert [len(line.split()) for line in (tmp_path / "full").read_text().splitlines()] == [3, 2]
     bad = _script("align.py", out, *files, "--head", "1:9", "--output", tmp_path / "x")
     assert bad.returncode == 2 and "heads 1..2" in bad.stderr
-    # the recorded best head (of the last scoring run) serves the other scripts
-    record = json.loads((out / "align" / "best_head.json").read_text())
-    best = f"{record['layer']}:{record['head']}" if record["head"] else str(record["layer"])
-    drawn = _script(
-        "plot_alignment.py",
-        out,
-        "--src",
-        "el gato negro",
-        "--head",
-        "best",
-        "--no-heads",
-        "--out",
-        tmp_path / "cat",
-    )
-    assert drawn.returncode == 0, drawn.stderr
-    if record["head"]:
-        assert f"head {record['head']}" in drawn.stdout
-        assert (tmp_path / f"cat_layer1_head{record['head']}.png").exists()
-    translated = _script(
-        "translate.py", out, "--alignments", "--head", best, "--beam", "1", input="el gato negro\n"
-    )
-    assert translated.returncode == 0 and " ||| " in translated.stdout, translated.stderr
+    best = _script("translate.py", out, "--alignments", "--head", "best", input="el gato\n")
+    assert best.returncode == 2 and "--head best: " in best.stderr and "--tune-on" in best.stderr
     # A gold file with a link outside the sentence is reported, not silently used.
     (tmp_path / "gold").write_text("1-2 2-3 3-9\n1-1 2-2\n")
     result = _script("align.py", out, *files, "--one-indexed")
@@ -569,6 +564,19 @@ def test_align_cli_on_the_demo_gold(small_run) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("20 test pairs of the demo corpus")
     assert "uncovered" in result.stdout
+
+
+def _by_hand(run, reading, sources: list[str], targets: list[str]) -> list:
+    """``reading``'s links of the pairs, captured and read here, not by a script."""
+    from transformer_mt.analysis import corpus_attention
+    from transformer_mt.checkpoint import load_model
+
+    model, tokenizer, _ = load_model(run)
+    captured = corpus_attention(
+        model, tokenizer, sources, targets, full_context=reading.full_context
+    )
+    pairs = [(s.split(), t.split()) for s, t in zip(sources, targets)]
+    return [reading.links(w, p) for w, p in zip(captured, pairs)]
 
 
 def _copied_run_and_files(out, tmp_path) -> tuple:
@@ -592,37 +600,62 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
 
     from omegaconf import OmegaConf
 
-    from transformer_mt.align.extract import Extraction
+    from transformer_mt.align.extract import TUNING_GRIDS, Extraction
     from transformer_mt.align.links import read_pharaoh
+    from transformer_mt.align.reading import MERGED_RECORD, HeadReading, ReadingRecord
 
     _, out = small_run
     run, files = _copied_run_and_files(out, tmp_path)
     (tmp_path / "dev.tsv").write_text("the black cat\tel gato negro\t0-0 1-2 2-1\n")
     links = lambda path: [read_pharaoh(line)[0] for line in path.read_text().splitlines()]  # noqa: E731
 
-    tuned = _script("align.py", run, "--head", "1:1", "--tune-on", f"xlwa:{tmp_path / 'dev.tsv'}")
+    dev = f"xlwa:{tmp_path / 'dev.tsv'}"
+    # no head named and none guided: the best head on the dev set, tuned there, recorded whole;
+    # --output then writes its links by the tuned reading (not by argmax)
+    tuned = _script("align.py", run, "--tune-on", dev, *files, "--output", tmp_path / "t0")
     assert tuned.returncode == 0, tuned.stderr
-    record = json.loads((run / "align" / "extraction.json").read_text())
-    assert record["method"] == "grow-diag" and "dev.tsv" in record["tuned_on"]
-    tau, width = record["tau"], record["diagonal"]
-    scores = {(t, w): aer for t, w, aer, _, _ in record["table"]}  # every tau by every width
-    assert width == 8 and len(scores) == 9  # every tau at the prior's one width
-    assert scores[tau, width] == min(scores.values())  # the dev's best
-    assert record["alike"] is True  # words spelled alike linked, as every command reads them
-    name = Extraction("grow-diag", tau, width, alike=True).name
-    # with a tuned tau recorded, the head is read by grow-diag at it, no flag to remember
+    record = ReadingRecord.load(run)
+    assert record.reading.extraction.method == "grow-diag" and "dev.tsv" in record.tuned_on
+    assert f"links of {record.reading.label} (tuned on xlwa:" in tuned.stdout
+    assert "development AER of each value tried" in tuned.stdout and "pass 1, tau:" in tuned.stdout
+    es, en = ["el gato negro", "la casa"], ["the black cat", "the house"]
+    assert links(tmp_path / "t0") == _by_hand(run, record.reading, es, en)
+    # a named head is tuned; every parameter reports each value tried, the dev's best kept
+    tuned = _script("align.py", run, "--head", "1:1", "--tune-on", dev)
+    assert tuned.returncode == 0, tuned.stderr
+    record = ReadingRecord.load(run)
+    chosen = record.reading.extraction
+    assert record.reading.where == (1, 1, "causal")
+    assert {t.parameter for t in record.trials} == set(TUNING_GRIDS)
+    last = {t.parameter: t for t in record.trials}  # each parameter's last pass
+    for name, trial in last.items():
+        scores = {
+            t.value: t.aer for t in record.trials if (t.parameter, t.round) == (name, trial.round)
+        }
+        assert scores[getattr(chosen, name)] == min(scores.values()), name
+    name = chosen.name
+    # with a reading recorded, the head is read by it, no flag to remember
     used = _script("align.py", run, *files, "--head", "1:1", "--output", tmp_path / "t")
     assert used.returncode == 0, used.stderr
     assert f"links of 1:1 by {name} (tuned on xlwa:" in used.stdout
-    assert f"1:1 by {name}" in used.stdout and "1:1 by argmax" in used.stdout
+    assert f"1:1 by {chosen.overridden('argmax').name}" in used.stdout
+    # another head is not read by this head's tuned parameters
+    other = _script("align.py", run, *files, "--head", "1:2")
+    assert "links of 1:2 by argmax\n" in other.stdout, other.stderr
     plain = _script("align.py", run, *files, "--head", "1:1", "--method", "argmax")
-    assert f"links of 1:1 by {Extraction('argmax', None, width, alike=True).name}" in plain.stdout
-    alone = _script("align.py", run, *files, "--head", "1:1", "--no-alike")
-    assert f"links of 1:1 by grow-diag {tau:g}, diagonal 8 (tuned on" in alone.stdout, alone.stderr
-    unweighed = _script("align.py", run, *files, "--head", "1:1", "--diagonal", "0")
-    assert f"links of 1:1 by grow-diag {tau:g}, alike (tuned on" in unweighed.stdout, (
-        unweighed.stderr
+    assert f"links of 1:1 by {chosen.overridden('argmax').name}" in plain.stdout
+    unweighed = _script("align.py", run, *files, "--head", "1:1", "--diagonal", "0", "--no-alike")
+    assert f"links of 1:1 by {chosen.overridden(diagonal=0, alike=0).name} (given)" in (
+        unweighed.stdout
+    ), unweighed.stderr
+    # --tune-on keeps what the command line gives: the prior off, words alike not raised
+    fixed = _script(
+        "align.py", run, "--head", "1:1", "--tune-on", dev, "--diagonal", "0", "--no-alike"
     )
+    assert fixed.returncode == 0, fixed.stderr
+    record = ReadingRecord.load(run)
+    assert (record.reading.extraction.diagonal, record.reading.extraction.alike) == (0.0, 0.0)
+    assert {t.parameter for t in record.trials} == {"tau", "narrows_past", "anchored_past"}
     # a copy of the run that claims to translate the other way stands in for an EN->ES run
     reverse = tmp_path / "reverse"
     shutil.copytree(out, reverse, ignore=shutil.ignore_patterns("align"))
@@ -632,29 +665,26 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
     # merged matrices: tau tuned for the pair on the dev set (its own record), then used with
     # no flag to remember: geometric mean, grow-diag at the pair's tau
     merge = ("--head", "1:1", "--reverse-run", reverse)
-    tuned = _script("align.py", run, *merge, "--tune-on", f"xlwa:{tmp_path / 'dev.tsv'}")
+    tuned = _script("align.py", run, *merge, "--tune-on", dev)
     assert tuned.returncode == 0, tuned.stderr
-    record = json.loads((run / "align" / "extraction_product.json").read_text())
-    assert "merged with" in record["tuned_on"] and record["method"] == "grow-diag"
-    pair = Extraction("grow-diag", record["tau"], record["diagonal"], alike=record["alike"])
-    # the reverse run's own links are read with its own tuned tau, not this run's
-    (reverse / "align").mkdir(exist_ok=True)
-    mine = {"method": "grow-diag", "tau": 0.3, "tuned_on": "a dev set"}
-    (reverse / "align" / "extraction.json").write_text(json.dumps(mine))
+    record = ReadingRecord.load(run, MERGED_RECORD)
+    assert "dev.tsv" in record.tuned_on and record.reverse.where == (1, 1, "causal")
+    pair = record.reading.extraction
+    # the reverse run's own links are read by its own tuned reading, not this run's
+    mine = HeadReading(1, 1, "causal", Extraction("grow-diag", 0.3))
+    ReadingRecord(mine, "a dev set").save(reverse / "align")
     both = _script("align.py", run, *files, *merge, "--output", tmp_path / "mboth")
     assert both.returncode == 0, both.stderr
     assert "reverse: 1:1 by grow-diag 0.3" in both.stdout
     assert f"by {pair.name} tuned on xlwa:" in both.stdout
     assert f"merged, {pair.name}" in both.stdout  # scored beside each direction
     # by hand: both heads' word matrices (the reverse run reads the pairs turned round),
-    # geometric mean, grow-diag at the tuned tau and prior, words spelled alike linked
+    # geometric mean, read by the pair's tuned reading
     from transformer_mt.align.extract import merge_directions
-    from transformer_mt.align.reading import HeadReading
     from transformer_mt.analysis import corpus_attention
     from transformer_mt.checkpoint import load_model
 
     model, tokenizer, _ = load_model(run)
-    es, en = ["el gato negro", "la casa"], ["the black cat", "the house"]
     reading = HeadReading(1, 1, "causal")
     ours = [reading.matrix(w) for w in corpus_attention(model, tokenizer, es, en)]
     theirs = [reading.matrix(w) for w in corpus_attention(model, tokenizer, en, es)]
@@ -674,12 +704,15 @@ def test_align_cli_methods_tuning_and_a_reverse_run(small_run, tmp_path) -> None
 @pytest.mark.slow
 def test_align_cli_on_a_checkpoint_records_where_the_run_looks(small_run, tmp_path) -> None:
     """align.py RUN/checkpoints/last.ckpt keeps its records in RUN/align, where --head best
-    and the tuned tau are looked up (record_folder), not in RUN/checkpoints/align."""
+    and the tuned reading are looked up (record_folder), not in RUN/checkpoints/align."""
     _, out = small_run
     run, files = _copied_run_and_files(out, tmp_path)
-    scored = _script("align.py", run / "checkpoints" / "last.ckpt", *files)
-    assert scored.returncode == 0, scored.stderr
-    assert (run / "align" / "best_head.json").is_file()
+    (tmp_path / "dev.tsv").write_text("the black cat\tel gato negro\t0-0 1-2 2-1\n")
+    tuned = _script(
+        "align.py", run / "checkpoints" / "last.ckpt", "--tune-on", f"xlwa:{tmp_path / 'dev.tsv'}"
+    )
+    assert tuned.returncode == 0, tuned.stderr
+    assert (run / "align" / "reading.json").is_file()
     assert not (run / "checkpoints" / "align").exists()
     drawn = _script("translate.py", run, "--alignments", "--head", "best", input="el gato\n")
     assert drawn.returncode == 0, drawn.stderr
@@ -687,12 +720,12 @@ def test_align_cli_on_a_checkpoint_records_where_the_run_looks(small_run, tmp_pa
 
 @pytest.mark.slow
 def test_head_best_is_read_by_the_method_it_was_recorded_with(demo_run, tmp_path) -> None:
-    """A head recorded as best read by grow-diag is read by grow-diag again by translate.py
-    --head best (an explicit --method still wins)."""
+    """A head recorded as tuned with grow-diag is read by grow-diag again by translate.py
+    --head best and by default (an explicit --method still wins)."""
     import shutil
 
     from transformer_mt.align.extract import Extraction
-    from transformer_mt.align.reading import BestHead, HeadReading
+    from transformer_mt.align.reading import HeadReading, ReadingRecord
 
     run = tmp_path / "run"
     shutil.copytree(demo_run, run, ignore=shutil.ignore_patterns("align", "ct2", "*.png"))
@@ -710,9 +743,8 @@ def test_head_best_is_read_by_the_method_it_was_recorded_with(demo_run, tmp_path
             break
     assert by_grow != by_argmax, "no head of the demo model tells the readings apart"
     layer, number = map(int, head.split(":"))
-    (run / "align").mkdir()
     best = HeadReading(layer, number, extraction=Extraction("grow-diag", 0.0))
-    BestHead(best, 0.5).save(run / "align" / "best_head.json", {}, "a test")
+    ReadingRecord(best, "a test").save(run / "align")
     assert links("--head", "best") == by_grow
     assert links() == by_grow  # the recorded best is also the default head
     assert links("--head", "best", "--method", "argmax") == by_argmax
@@ -762,3 +794,46 @@ def test_a_logger_without_its_package_is_one_line_saying_how_to_install_it(
         UserError, match=r'the mlflow package is not installed: pip install -e "\.\[loggers\]"'
     ):
         build_loggers(["csv", "mlflow"], tmp_path)
+
+
+@pytest.mark.slow
+def test_tuning_reads_the_development_sets_and_never_a_test_set(small_run, tmp_path) -> None:
+    """--tune-on xlwa_dev --tune-on epps_dev on a data folder where the test sets (Graça,
+    XL-WA test) do not exist, for a run whose config scores on them: tuning never needs them.
+    Each dev set is cut to its first pairs, to keep the test short; their links are summed."""
+    from omegaconf import OmegaConf
+
+    from transformer_mt.align.reading import ReadingRecord
+    from transformer_mt.analysis.pipeline import Aligner, dev_sets, tune_run
+
+    from .conftest import SHARED
+
+    _, out = small_run
+    run, _ = _copied_run_and_files(out, tmp_path)
+    data = tmp_path / "data"
+    cut = {
+        "word_alignment_gold_esen_xlwa/orig/dev.tsv": 6,
+        "word_alignment_gold_esen_epps_dev/en.txt": 4,
+        "word_alignment_gold_esen_epps_dev/es.txt": 4,
+        "word_alignment_gold_esen_epps_dev/gold.pharaoh": 4,
+    }
+    for name, lines in cut.items():
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        kept = (SHARED / name).read_text(encoding="utf-8").splitlines(keepends=True)[:lines]
+        (data / name).write_text("".join(kept), encoding="utf-8")
+    cfg = OmegaConf.load(run / "config.yaml")  # the run scores on the test sets, which are gone
+    test_sets = {
+        "graca": "word_alignment_gold_esen_graca/orig",
+        "xlwa": "word_alignment_gold_esen_xlwa/orig/test.tsv",
+    }
+    cfg.align.gold = {
+        name: {"format": name, "path": str(data / rel)} for name, rel in test_sets.items()
+    }
+    OmegaConf.save(cfg, run / "config.yaml")
+    assert not any((data / rel).exists() for rel in test_sets.values())
+    aligner = Aligner(run)
+    dev, _ = dev_sets(["xlwa_dev", "epps_dev"], aligner.direction, data).foldable(aligner.tokenizer)
+    assert dev.name == "xlwa_dev+epps_dev" and len(dev) == 10
+    record, _ = tune_run(aligner, dev, None)
+    assert ReadingRecord.load(run) == record and record.tuned_on == "xlwa_dev+epps_dev"
+    assert record.reading.extraction.source == "tuned on xlwa_dev+epps_dev"

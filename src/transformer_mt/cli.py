@@ -28,7 +28,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def add_reading_overrides(parser: argparse.ArgumentParser) -> None:
     """``--diagonal`` and ``--no-alike``: what a command line changes of a run's tuned reading
-    beyond its tau (``Extraction.for_run`` takes them)."""
+    beyond its tau (``Extraction.overridden`` takes them)."""
     parser.add_argument(
         "--diagonal",
         type=float,
@@ -39,8 +39,8 @@ def add_reading_overrides(parser: argparse.ArgumentParser) -> None:
         "--no-alike",
         dest="alike",
         action="store_const",
-        const=False,
-        help="no link for words spelled alike: the attention alone (default: as tuned)",
+        const=0.0,
+        help="words spelled alike not raised: the attention alone (default: as tuned)",
     )
 
 

@@ -267,12 +267,18 @@ class AlignConfig:
     # al. 2020), at no extra cost; full, j's row in a second pass without the causal mask (Garg
     # et al.'s full context, fairseq's --full-context-alignment), one more pass up to align.layer.
     mode: str = "causal"
-    # How the guided head's rows become links for validation AER (transformer_mt.align.extract):
-    # argmax or grow-diag; tau: grow-diag's (null: 0); diagonal: the diagonal prior's width in
-    # words (0: none). Choose tau on a development gold set: scripts/align.py RUN --tune-on ...
+    # How the guided head's rows become links for validation AER (transformer_mt.align.extract,
+    # the fields of its Extraction): argmax or grow-diag; tau: grow-diag's (null: 0); diagonal:
+    # the diagonal prior's width in words (0: none), narrowing past narrows_past source words
+    # and following the anchors' path past anchored_past (0: never); alike: words spelled alike
+    # raised to that share of their row's best (0: not). Choose them on development data:
+    # scripts/align.py RUN --tune-on xlwa_dev --tune-on epps_dev (every command then reads that).
     extract: str = "argmax"
     tau: float | None = None
     diagonal: float = 0.0
+    narrows_past: int = 0
+    anchored_past: int = 0
+    alike: float = 0.0
     gold: dict[str, Any] = field(default_factory=dict)  # name -> GoldSetConfig: AER at validations
 
     def __post_init__(self) -> None:
@@ -284,11 +290,16 @@ class AlignConfig:
         if self.mode not in MODES:
             raise UserError(f"align.mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         try:
-            Extraction(self.extract, self.tau, self.diagonal)
+            Extraction(
+                self.extract,
+                self.tau,
+                self.diagonal,
+                self.narrows_past,
+                self.anchored_past,
+                self.alike,
+            )
         except UserError as err:
-            raise UserError(
-                f"align.extract={self.extract} / align.tau / align.diagonal: {err}"
-            ) from None
+            raise UserError(f"align.extract={self.extract} and its parameters: {err}") from None
 
 
 @dataclass

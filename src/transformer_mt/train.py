@@ -27,6 +27,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_mt.align.gold import GoldSet, load_gold_set
+from transformer_mt.align.reading import CONFIG_KEYS
 from transformer_mt.callbacks import (
     AtomicCheckpointIO,
     ExactResume,
@@ -203,14 +204,10 @@ def guided_settings(cfg: DictConfig) -> dict | None:
             "align.guided=true needs word alignments of the training pairs: set data.alignments "
             "to a Pharaoh file, to eflomal, or (demo corpus) to builtin"
         )
-    return {
-        "weight": align.weight,
-        "layer": align.layer,
-        "head": align.head,
-        "mode": align.mode,
-        "extract": align.extract,
-        "tau": align.tau,
-    }
+    # every key a reading is read from (HeadReading.from_config), so validation AER reads the
+    # head as every command does
+    keys = ("weight", "layer", "head", "mode", *CONFIG_KEYS)
+    return {key: align[key] for key in keys}
 
 
 def gold_sets(cfg: DictConfig, tokenizer) -> list[GoldSet]:

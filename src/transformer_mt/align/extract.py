@@ -1,4 +1,5 @@
-"""Hard word links from one soft alignment matrix, and the choice of tau on a development set.
+"""Hard word links from one soft alignment matrix, and the choice of every reading parameter
+on development data.
 
 A head's word-level attention (target words' rows over source words, EOS column left out)
 is read as links in one of two ways (``EXTRACTIONS``):
@@ -9,40 +10,34 @@ is read as links in one of two ways (``EXTRACTIONS``):
   argmaxes (target->source) and the column argmaxes (source->target) of at least tau are the
   two directions, their intersection grown towards their union. tau = 0 keeps every argmax.
 
-Either may first weigh the matrix by a diagonal prior (``diagonal``, a width w in words):
-cell (j, i) times exp(-|i - j·W_src/W_tgt| / w), each row rescaled to the mass it had, the
-distortion prior of IBM-style aligners (fast_align's is relative to the length; ours is in
-words, so one word off costs the same in a short sentence as in a long one). A head trained on
-short pairs spreads its weight over far source words of a long one (short gold pairs joined 8
-at a time: 27% of its links fell outside their own pair); the prior keeps the links near the
-diagonal unless the head's weight says otherwise, and the more so the longer the source: past
-``NARROWS_PAST`` (30) source words w shrinks to w·30/W_src (a 60-word source reads at w/2),
-which left sentences up to 30 words as they were and every long figure measured 0.002-0.022
-better. A long sentence strays from the straight diagonal (a clause with no counterpart, a
-phrase moved), so past 30 words the prior is centred on the sentence's own path instead: a line
-through its anchors, the cells that win both their row and their column under the straight
-prior, kept where they rise in order (``anchored_path``). That read news sentences of over 50
-words 0.02 closer to eflomal and short pairs joined into 60-word inputs 0.01-0.02 better, and
-left sentences up to 30 words as they were. 0 is no prior.
+Before either, the matrix may be weighed (``Extraction.weigh``):
 
-Either may also link words spelled alike (``alike``): a source and a target word written the
-same, lowercased and without outer punctuation (names, numbers: 5.8% of XL-WA test's sure
-links, of which the merged heads found 75%), have their cell raised to their row's largest
-after the prior, so that the reading links them unless the row has a stronger claim.
-
-Grow-diag at a tau tuned on a development set beat argmax on every run scored; a plain
-``threshold`` and the argmaxes' ``intersect`` were never the development set's choice and were
-removed (docs/experiments.md).
+- by a diagonal prior of width w words (``diagonal``): cell (j, i) times exp(-|i - c_j| / w),
+  each row rescaled to the mass it had: the distortion prior of IBM-style aligners, in words,
+  so that one word off costs the same in a short sentence as in a long one. c_j is row j's
+  place on the straight diagonal, j·W_src/W_tgt. A head trained on short pairs spreads its
+  weight over far source words of a long one; the prior keeps links near the diagonal unless
+  the head's weight says otherwise.
+- past ``narrows_past`` source words the width shrinks in proportion, to w·narrows_past/W_src:
+  the longer the sentence, the more far cells there are to stray to.
+- past ``anchored_past`` source words the prior is centred on the sentence's own path instead
+  of the straight diagonal (``anchored_path``): a line through its anchors, the cells that win
+  both their row and their column under the straight prior, kept where they rise in order. A
+  long sentence strays from the straight diagonal (a clause with no counterpart, a phrase
+  moved); its anchors say where.
+- words spelled alike (``alike``, a strength s below 1): a source and a target word written the
+  same, lowercased and without outer punctuation (names, numbers), have their cell raised to
+  s times their row's largest, so that a link the attention half sees is read, while a row
+  with a stronger claim keeps it: the raise never outranks a row's own best cell.
 
 Two directions' matrices (a forward run's and a reverse run's, turned round into the same
 (W_tgt, W_src) orientation) are merged cell by cell before any reading (``merge_directions``):
 their geometric mean, so that a link must be likely both ways (the agreement of Liang et al.
-2006 read from posteriors). It beat their mean and every combination of the two directions'
-hard links on both test sets.
+2006 read from posteriors).
 
-tau is chosen on a development gold set only (``tune``; ``scripts/align.py --tune-on`` records
-it for a run in ``RUN_DIR/align/extraction.json``), never on a test set. A run with a recorded
-tau is read by grow-diag at that tau unless told otherwise (``Extraction.for_run``).
+Every parameter of a grow-diag reading is chosen on development data by ``tune`` (coordinate
+descent over ``TUNING_GRIDS``; ``scripts/align.py --tune-on`` records the choice with the run),
+never on a test set. How each default was measured is in docs/experiments.md.
 
 Legend: W_tgt target words, W_src source words.
 """
@@ -50,29 +45,28 @@ Legend: W_tgt target words, W_src source words.
 from __future__ import annotations
 
 import bisect
-import json
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 from torch import Tensor
 
 from transformer_mt.align.links import Gold, Links, corpus_scores, symmetrize
 from transformer_mt.errors import UserError
-from transformer_mt.run_config import run_folder
 
 EXTRACTIONS = ("argmax", "grow-diag")
-DEFAULT_TAU = 0.0  # grow-diag's tau when none is given or recorded: every argmax
-TUNING_GRID = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)  # the values ``tune`` tries
-# The diagonal prior's width ``tune`` reads at: fixed at 8 words, not chosen by ``tune``, since
-# XL-WA dev (105 pairs, few of them long) cannot see what the prior does for long sentences;
-# the measurements behind it are in docs/experiments.md ("The prior at the 35-minute budget").
-TUNED_DIAGONAL = 8.0
-NARROWS_PAST = 30  # source words: a longer source's prior is narrower in proportion
-RECORD = "extraction.json"  # in RUN_DIR/align
-MERGED_RECORD = "extraction_product.json"  # tau and prior for a head merged with a reverse run's
+DEFAULT_TAU = 0.0  # grow-diag's tau when none is given or tuned: every argmax
+# The values ``tune`` tries for each parameter of a reading, the plainest first: on a tie the
+# earlier value wins, so a parameter that does not help stays off.
+TUNING_GRIDS: dict[str, tuple[float, ...]] = {
+    "tau": (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4),
+    "diagonal": (0.0, 2.0, 4.0, 8.0, 16.0),
+    "narrows_past": (0, 20, 30, 50),
+    "anchored_past": (0, 20, 30, 50),
+    "alike": (0.0, 0.5, 0.7, 0.9),
+}
+TUNING_ROUNDS = 3  # passes over the parameters at most; tuning stops at a pass that changes none
 
 
 def row_argmax(weights: Tensor, at_least: float = 0.0) -> Links:
@@ -91,28 +85,38 @@ def column_argmax(weights: Tensor, at_least: float = 0.0) -> Links:
     }
 
 
-def diagonal_prior(weights: Tensor, width: float, alike: Links = frozenset()) -> Tensor:
-    """``weights`` times exp(-|i - c_j| / w), each row rescaled to its own sum, where w is
-    ``width``, narrowed to width·30/W_src past ``NARROWS_PAST`` (30) source words, and c_j is
-    row j's place on the straight diagonal, j·W_src/W_tgt; past 30 source words, its place on
-    the path through the sentence's anchors (``anchored_path``), found under the straight prior
-    with ``alike`` cells raised.
+def diagonal_prior(
+    weights: Tensor,
+    width: float,
+    narrows_past: int = 0,
+    anchored_past: int = 0,
+    alike: Links = frozenset(),
+    strength: float = 0.0,
+) -> Tensor:
+    """``weights`` times exp(-|i - c_j| / w), each row rescaled to its own sum.
 
     Args:
         weights: (W_tgt, W_src) word-level attention (EOS column left out).
-        width: in source words; 0 returns ``weights`` as they are.
-        alike: (source i, target j) cells of words spelled alike, anchors if they win their row
-            and column.
+        width: w in source words; 0 returns ``weights`` as they are.
+        narrows_past: past this many source words w shrinks to width·narrows_past/W_src
+            (0: never).
+        anchored_past: past this many source words c_j is row j's place on the path through
+            the sentence's anchors (``anchored_path``), found under the straight prior with
+            ``alike`` cells raised by ``strength``; else on the straight diagonal (0: never).
+        alike: (source i, target j) cells of words spelled alike.
+        strength: their raise (``raise_alike``) while anchors are looked for.
     """
     if width == 0 or weights.numel() == 0:
         return weights
     n_tgt, n_src = weights.shape
-    width = width * min(1.0, NARROWS_PAST / n_src)
+    if narrows_past and n_src > narrows_past:
+        width = width * narrows_past / n_src
     straight = (torch.arange(n_tgt, dtype=torch.float32) + 0.5) * (n_src / n_tgt)  # (W_tgt,)
     weighed = _centred_on(weights, straight, width)
-    if n_src <= NARROWS_PAST:
+    if not anchored_past or n_src <= anchored_past:
         return weighed
-    return _centred_on(weights, anchored_path(raise_alike(weighed, alike)), width)
+    path = anchored_path(raise_alike(weighed, alike, strength))
+    return _centred_on(weights, path, width)
 
 
 def _centred_on(weights: Tensor, centre: Tensor, width: float) -> Tensor:
@@ -172,33 +176,25 @@ def spelled_alike(src_words: Sequence[str], tgt_words: Sequence[str]) -> Links:
     return {(i, j) for j, word in enumerate(tgt_words) for i in where.get(_spelling(word), [])}
 
 
-def raise_alike(weights: Tensor, alike: Links) -> Tensor:
-    """``weights`` with each cell of ``alike`` (source i, target j) raised to just above its
-    row's largest, so that argmax and grow-diag see it first."""
-    if not alike:
+def raise_alike(weights: Tensor, alike: Links, strength: float) -> Tensor:
+    """``weights`` with each cell of ``alike`` (source i, target j) raised to at least
+    ``strength`` times its row's largest; below 1, a row's own best cell keeps its place."""
+    if not alike or strength == 0:
         return weights
     raised = weights.clone()
-    top = weights.max(dim=-1).values * 1.01 + 1e-6  # (W_tgt,)
+    floor = weights.max(dim=-1).values * strength  # (W_tgt,)
     for i, j in alike:
-        raised[j, i] = top[j]
+        raised[j, i] = torch.maximum(raised[j, i], floor[j])
     return raised
 
 
-def hard_alignment(
-    weights: Tensor,
-    method: str = "argmax",
-    tau: float | None = None,
-    diagonal: float = 0.0,
-    alike: Links = frozenset(),
-) -> Links:
-    """Word links read from one attention matrix.
+def hard_alignment(weights: Tensor, method: str = "argmax", tau: float | None = None) -> Links:
+    """Word links read from one (already weighed) attention matrix.
 
     Args:
         weights: (W_tgt, W_src) word-level attention (EOS column left out).
         method: one of ``EXTRACTIONS`` (module docstring).
         tau: grow-diag's threshold (None: ``DEFAULT_TAU``); argmax takes none.
-        diagonal: the diagonal prior's width in words (``diagonal_prior``); 0: none.
-        alike: (source i, target j) cells raised after the prior (``raise_alike``).
 
     Returns:
         (source i, target j) links.
@@ -209,7 +205,6 @@ def hard_alignment(
         raise ValueError(f"alignment method argmax takes no tau, got {tau}")
     if weights.numel() == 0:
         return set()
-    weights = raise_alike(diagonal_prior(weights, diagonal, alike), alike)
     if method == "argmax":
         return row_argmax(weights)
     tau = DEFAULT_TAU if tau is None else tau
@@ -218,16 +213,17 @@ def hard_alignment(
 
 @dataclass(frozen=True)
 class Extraction:
-    """How a head's weights become links: a method, its tau, the diagonal prior's width
-    (``--method`` / ``--tau`` / ``--diagonal``, ``align.extract`` / ``align.tau`` /
-    ``align.diagonal``) and whether words spelled alike are linked (``--tune-on`` records it)."""
+    """How a head's weights become links: a method and its tau, and how the matrix is weighed
+    first (module docstring). Its one serialised form is ``to_dict`` / ``from_dict``."""
 
     method: str = "argmax"
     tau: float | None = None  # grow-diag's; None: DEFAULT_TAU (argmax takes none)
     diagonal: float = 0.0  # the diagonal prior's width in words; 0: none
-    # where tau came from, for reports ("tuned on dev.tsv"); not part of its identity
+    narrows_past: int = 0  # source words past which the prior narrows in proportion; 0: never
+    anchored_past: int = 0  # source words past which it follows the anchors' path; 0: never
+    alike: float = 0.0  # words spelled alike raised to this share of their row's best; 0: not
+    # where the values came from, for reports ("tuned on xlwa_dev+epps_dev"); not compared
     source: str = field(default="", compare=False)
-    alike: bool = False  # words spelled alike raised (``spelled_alike``); needs the pair's words
 
     def __post_init__(self) -> None:
         if self.method not in EXTRACTIONS:
@@ -243,132 +239,173 @@ class Extraction:
             raise UserError(
                 f"diagonal prior width {self.diagonal:g}: a width in words, > 0 (0: no prior)"
             )
+        for name in ("narrows_past", "anchored_past"):
+            value = getattr(self, name)
+            if value < 0 or value != int(value):
+                raise UserError(f"{name} {value}: a number of source words, >= 0 (0: never)")
+            object.__setattr__(self, name, int(value))
+        if not 0.0 <= self.alike < 1.0:
+            raise UserError(
+                f"alike {self.alike:g}: a share of the row's largest cell, 0 <= alike < 1 "
+                f"(0: words spelled alike are not raised; 1 or more would force their links)"
+            )
         if self.method == "grow-diag" and self.tau is None:
             object.__setattr__(self, "tau", DEFAULT_TAU)
         object.__setattr__(self, "diagonal", float(self.diagonal))
+        object.__setattr__(self, "alike", float(self.alike))
+
+    def to_dict(self) -> dict:
+        """Every parameter by name (not ``source``): the form records and configs hold."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "source"}
+
+    @classmethod
+    def from_dict(cls, saved: Mapping, where: str, source: str = "") -> Extraction:
+        """``to_dict``'s form back; an unknown key is a UserError naming ``where``."""
+        known = {f.name for f in fields(cls)} - {"source"}
+        unknown = set(saved) - known
+        if unknown:
+            raise UserError(
+                f"{where}: unknown reading parameter(s) {sorted(unknown)}; known: {sorted(known)}"
+            )
+        return cls(**saved, source=source)
+
+    def overridden(
+        self,
+        method: str | None = None,
+        tau: float | None = None,
+        diagonal: float | None = None,
+        alike: float | None = None,
+    ) -> Extraction:
+        """A command line's ``--method`` / ``--tau`` / ``--diagonal`` / ``--no-alike`` over
+        this reading: what is given replaces its value, the rest is kept; a tau alone means
+        grow-diag, argmax drops tau."""
+        if method is None and tau is None and diagonal is None and alike is None:
+            return self
+        if method == "argmax" and tau is not None:
+            raise UserError("alignment method argmax takes no tau; it is for grow-diag")
+        method = method or ("grow-diag" if tau is not None else self.method)
+        if method == "argmax":
+            tau = None
+        elif tau is None:
+            tau = self.tau if self.method == "grow-diag" else DEFAULT_TAU
+        changed = dict(method=method, tau=tau, source="given")
+        if diagonal is not None:
+            changed["diagonal"] = diagonal
+        if alike is not None:
+            changed["alike"] = float(alike)
+        return replace(self, **changed)
+
+    def weigh(self, weights: Tensor, alike: Links = frozenset()) -> Tensor:
+        """The matrix this reading reads links from: the prior, then words alike raised."""
+        prior = diagonal_prior(
+            weights, self.diagonal, self.narrows_past, self.anchored_past, alike, self.alike
+        )
+        return raise_alike(prior, alike, self.alike)
 
     def links(
         self, weights: Tensor, words: tuple[Sequence[str], Sequence[str]] | None = None
     ) -> Links:
         """Links of one (W_tgt, W_src) matrix; ``words``: the pair's (source, target) words,
-        which a reading that links words spelled alike needs."""
-        alike: Links = set()
-        if self.alike:
-            if words is None:
-                raise ValueError(f"{self.name}: the pair's words are needed, none were given")
-            # a pair read in part (``fit_positions``) has rows and columns for its first words
-            alike = spelled_alike(words[0][: weights.shape[1]], words[1][: weights.shape[0]])
-        return hard_alignment(weights, self.method, self.tau, self.diagonal, alike)
+        which a reading that raises words spelled alike needs."""
+        return hard_alignment(self.weigh(weights, self.alike_cells(weights, words)), *self._read)
+
+    def alike_cells(
+        self, weights: Tensor, words: tuple[Sequence[str], Sequence[str]] | None
+    ) -> Links:
+        """The cells of words spelled alike, if this reading raises them."""
+        if not self.alike:
+            return set()
+        if words is None:
+            raise ValueError(f"{self.name}: the pair's words are needed, none were given")
+        # a pair read in part (``fit_positions``) has rows and columns for its first words
+        return spelled_alike(words[0][: weights.shape[1]], words[1][: weights.shape[0]])
+
+    @property
+    def _read(self) -> tuple[str, float | None]:
+        return self.method, self.tau
 
     @property
     def name(self) -> str:
-        """``argmax``, ``grow-diag 0.1``, ``grow-diag 0.1, diagonal 4`` or
-        ``grow-diag 0.1, diagonal 8, alike``."""
+        """``argmax``, ``grow-diag 0.1``, ``grow-diag 0.1, diagonal 8 (narrows past 30,
+        anchored past 30), alike 0.9``."""
         name = self.method if self.tau is None else f"{self.method} {self.tau:g}"
-        return name + f", diagonal {self.diagonal:g}" * bool(self.diagonal) + ", alike" * self.alike
-
-    @classmethod
-    def for_run(
-        cls,
-        method: str | None = None,
-        tau: float | None = None,
-        folder: Path | None = None,
-        record: str = RECORD,
-        diagonal: float | None = None,
-        alike: bool | None = None,
-    ) -> Extraction:
-        """A command line's ``--method`` / ``--tau`` / ``--diagonal`` / ``--no-alike`` for a
-        run: what is given wins, then what ``scripts/align.py --tune-on`` recorded in ``folder``
-        (``record_folder``; ``record``: ``MERGED_RECORD`` for merged directions), then
-        ``DEFAULT_TAU`` and no prior. With no method, grow-diag if a tau is recorded (the
-        development sets' choice), else argmax. The recorded width, and whether words spelled
-        alike are linked, go with every method."""
-        recorded = read_tuned(folder / record) if folder is not None else None
-        width = diagonal if diagonal is not None else (recorded.diagonal if recorded else 0.0)
-        if alike is None:
-            alike = recorded.alike if recorded else False
-        if method == "argmax" or tau is not None:
-            given = tau is not None or diagonal is not None
-            return cls(method or "grow-diag", tau, width, "given" if given else "", alike)
-        if recorded is not None:
-            return replace(recorded, diagonal=width, alike=alike)
-        return cls(method or "argmax", None, width, "default" if method else "", alike)
+        if self.diagonal:
+            past = [f"narrows past {self.narrows_past}"] * bool(self.narrows_past) + [
+                f"anchored past {self.anchored_past}"
+            ] * bool(self.anchored_past)
+            name += f", diagonal {self.diagonal:g}" + f" ({', '.join(past)})" * bool(past)
+        return name + f", alike {self.alike:g}" * bool(self.alike)
 
 
-def read_tuned(path: Path) -> Extraction | None:
-    """The extraction ``save_tuned`` recorded at ``path``; None if there is none."""
-    if not path.is_file():
-        return None
-    saved = json.loads(path.read_text(encoding="utf-8"))
-    if "tau" not in saved:
-        raise UserError(
-            f"{path} was written by an older scripts/align.py (its methods were removed): "
-            f"tune again with scripts/align.py RUN --tune-on FORMAT:DEV"
-        )
-    diagonal = saved.get("diagonal", 0.0)  # records from before the prior have none
-    alike = saved.get("alike", False)  # nor those from before words spelled alike
-    return Extraction("grow-diag", saved["tau"], diagonal, f"tuned on {saved['tuned_on']}", alike)
+ARGMAX = Extraction()  # one link per target word: the reading of every report unless told
 
 
-def record_folder(run_dir: Path) -> Path:
-    """Where a run's records (best head, tuned tau) are kept: ``RUN_DIR/align`` of a run
-    directory or of any of its checkpoints."""
-    return run_folder(run_dir) / "align"
+@dataclass(frozen=True)
+class Trial:
+    """One value ``tune`` tried for one parameter, the others at their values then, and its
+    development scores."""
+
+    parameter: str
+    value: float
+    round: int
+    aer: float
+    precision: float
+    recall: float
 
 
 def tune(
     matrices: list[Tensor],
     gold: Gold,
-    grid: tuple[float, ...] = TUNING_GRID,
-    diagonal: float = TUNED_DIAGONAL,
     words: list[tuple[Sequence[str], Sequence[str]]] | None = None,
-) -> tuple[Extraction, list[tuple[float, float, float, float, float]]]:
-    """Grow-diag's tau with the lowest AER on a development set, read under the diagonal prior
-    of width ``diagonal`` (0: none) and, given the pairs' ``words``, with words spelled alike
-    linked.
+    fixed: Mapping[str, float] | None = None,
+    grids: Mapping[str, tuple[float, ...]] = TUNING_GRIDS,
+) -> tuple[Extraction, list[Trial]]:
+    """Every parameter of a grow-diag reading chosen on a development set: coordinate descent
+    from the plain reading (tau 0, nothing weighed), one parameter at a time over its grid,
+    the others held, for at most ``TUNING_ROUNDS`` passes; the lowest corpus AER wins, on a
+    tie the earlier value of the grid.
 
     Args:
         matrices: per development pair, (W_tgt, W_src) word-level attention.
         gold: the development pairs' (sure, possible) links; nothing else is read.
-        words: per development pair, its (source, target) words; None: words alike not linked.
+        words: per development pair, its (source, target) words; None: words spelled alike
+            are not raised (``alike`` stays 0).
+        fixed: parameters given, not tuned (e.g. ``{"diagonal": 0.0}`` for the attention
+            alone).
+        grids: the values tried per parameter (``TUNING_GRIDS``).
 
     Returns:
-        the best ``Extraction`` (on a tie the smaller tau) and every tau's
-        (tau, width, AER, P, R).
+        the chosen ``Extraction`` and every ``Trial``, in the order tried.
     """
-    alike = (
-        [spelled_alike(*pair) for pair in words] if words is not None else [set()] * len(matrices)
-    )
-    weighed = [diagonal_prior(m, diagonal, a) for m, a in zip(matrices, alike)]
-    table = []
-    for tau in grid:
-        links = [hard_alignment(m, "grow-diag", tau, 0.0, a) for m, a in zip(weighed, alike)]
-        table.append((tau, diagonal, *corpus_scores(links, gold)))
-    best = min(table, key=lambda row: (row[2], row[0]))
-    return Extraction("grow-diag", best[0], diagonal, alike=words is not None), table
+    fixed = dict(fixed or {})
+    if words is None:
+        fixed["alike"] = 0.0
+    cells = [spelled_alike(*w) for w in words] if words is not None else [set()] * len(matrices)
+    current = Extraction("grow-diag", **{"tau": DEFAULT_TAU, **fixed})
+    free = [name for name in grids if name not in fixed]
+    weighed: dict[tuple, list[Tensor]] = {}
+    scored: dict[Extraction, tuple[float, float, float]] = {}
 
+    def score(reading: Extraction) -> tuple[float, float, float]:
+        if reading not in scored:
+            prior = replace(reading, method="argmax", tau=None)  # what weighing depends on
+            if prior not in weighed:
+                weighed[prior] = [prior.weigh(m, c) for m, c in zip(matrices, cells, strict=True)]
+            links = [hard_alignment(m, *reading._read) for m in weighed[prior]]
+            scored[reading] = corpus_scores(links, gold)
+        return scored[reading]
 
-def save_tuned(
-    folder: Path,
-    chosen: Extraction,
-    tuned_on: str,
-    table: list,
-    record: str = RECORD,
-) -> Path:
-    """Record a tuned tau, prior width and words alike for a run (``Extraction.for_run``
-    reads them)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / record
-    saved = {
-        "method": "grow-diag",
-        "tau": chosen.tau,
-        "diagonal": chosen.diagonal,
-        "alike": chosen.alike,
-        "tuned_on": tuned_on,
-        "table": table,
-    }
-    path.write_text(json.dumps(saved, indent=1) + "\n", encoding="utf-8")
-    return path
+    trials: list[Trial] = []
+    for round_ in range(1, TUNING_ROUNDS + 1):
+        before = current
+        for name in free:
+            tried = [(replace(current, **{name: value}), value) for value in grids[name]]
+            results = [(score(reading), value, reading) for reading, value in tried]
+            trials += [Trial(name, value, round_, *s) for s, value, _ in results]
+            current = min(results, key=lambda r: r[0][0])[2]  # min keeps the first of ties
+        if current == before:
+            break
+    return current, trials
 
 
 def merge_directions(forward: Tensor, backward: Tensor) -> Tensor:
@@ -396,6 +433,3 @@ def teacher_rows(links: Links, n_tgt: int, n_src: int) -> Tensor:
         rows[j, i] = 1.0
     counts = rows.sum(dim=-1, keepdim=True)
     return torch.where(counts > 0, rows / counts.clamp(min=1), rows)
-
-
-ARGMAX = Extraction()  # one link per target word: the reading of every report unless told

@@ -341,6 +341,16 @@ SHARED_GOLD_SETS = {
     "graca": ("graca", "word_alignment_gold_esen_graca/orig"),
     "xlwa": ("xlwa", "word_alignment_gold_esen_xlwa/orig/test.tsv"),
     "xlwa_dev": ("xlwa", "word_alignment_gold_esen_xlwa/orig/dev.tsv"),
+    # 151 Europarl pairs (Lambert et al. 2005), many past 30 words: for development choices only
+    "epps_dev": (
+        "pharaoh",
+        "word_alignment_gold_esen_epps_dev",
+        "en",
+        "es",
+        "en.txt",
+        "es.txt",
+        "gold.pharaoh",
+    ),
     "bicici": (
         "pharaoh",
         "word_alignment_gold_deen_bicici",
@@ -351,6 +361,9 @@ SHARED_GOLD_SETS = {
         "de-en.wa",
     ),
 }
+
+
+DEV_SETS = ("xlwa_dev", "epps_dev")  # the shared sets for development choices; the rest are tests
 
 
 def shared_gold_set(name: str, folder: Path, src_lang: str, tgt_lang: str) -> GoldSet:
@@ -369,3 +382,17 @@ def shared_gold_set(name: str, folder: Path, src_lang: str, tgt_lang: str) -> Go
     src, tgt = files[::-1] if reverse else files
     spec = GoldSetConfig("pharaoh", str(folder / rel / links), src, tgt, reverse, False)
     return load_gold_set(name, spec, src_lang, tgt_lang)
+
+
+def combined(sets: list[GoldSet]) -> GoldSet:
+    """Several gold sets as one, their pairs one after the other: a corpus AER over it sums
+    every set's links (a set with more links weighs more)."""
+    if len(sets) == 1:
+        return sets[0]
+    gold = None if any(s.gold is None for s in sets) else [g for s in sets for g in s.gold]
+    return GoldSet(
+        "+".join(s.name for s in sets),
+        [x for s in sets for x in s.sources],
+        [x for s in sets for x in s.targets],
+        gold,
+    )

@@ -3,7 +3,9 @@
 One frozen value names a head for every consumer (training's guided loss and validation AER,
 ``scripts/align.py``, ``translate.py --alignments``, ``plot_alignment.py``, the explorer and the
 benchmarks), and ``parse_head`` is the one parser of ``--head``. Layer and head numbers are
-1-based; negative numbers count from the end and are resolved here, nowhere else.
+1-based; negative numbers count from the end and are resolved here, nowhere else. Its one
+serialised form is ``to_dict`` / ``from_dict``: the run's records hold it, and the guided
+config's ``align`` keys (``CONFIG_KEYS``) are read by ``from_config`` into the same value.
 
 The three modes say which row of the head stands for target word j and what it saw:
 
@@ -12,28 +14,47 @@ The three modes say which row of the head stands for target word j and what it s
 - ``full``: the row of j in a pass whose self-attention sees the whole target (Garg et al.
   2019's full context; one more pass through the decoder).
 
-Its ``extraction`` says how the rows become links (``transformer_mt.align.extract``). Unless
-told, every command reads ``default_reading``: the guided head if the run trained one, else
-the best head ``scripts/align.py`` recorded, else the last layer's heads averaged; each by the
-tau tuned for the run if one is recorded. A run's records are found from its directory or any
-of its checkpoints (``record_folder``).
+Its ``extraction`` says how the rows become links (``transformer_mt.align.extract``).
+
+The policy, in one place (``default_reading``, ``parse_head``): ``scripts/align.py --tune-on``
+chooses a head (the guided one, else the best on the development set) and every parameter of
+its reading on development data, and records it as ``RUN_DIR/align/reading.json``. Unless told,
+every command reads that reading; without one, the guided head as its config says; else the
+last layer's heads averaged, by argmax. A head named on the command line is read by the tuned
+parameters when it is the tuned head, else by argmax; ``--method`` / ``--tau`` / ``--diagonal``
+/ ``--no-alike`` change what they name and keep the rest. A pair merged with a reverse run
+has its own record, ``reading_merged.json``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from torch import Tensor
 
-from transformer_mt.align.extract import ARGMAX, RECORD, Extraction, read_tuned, record_folder
+from transformer_mt.align.extract import ARGMAX, Extraction, Trial
 from transformer_mt.align.links import Links
 from transformer_mt.errors import UserError
 from transformer_mt.run_config import load_run_config, run_folder
 
 MODES = ("causal", "shift", "full")
+# the guided config's reading keys (``align.*``) -> the ``Extraction`` field each one sets
+CONFIG_KEYS = {
+    "extract": "method",
+    "tau": "tau",
+    "diagonal": "diagonal",
+    "narrows_past": "narrows_past",
+    "anchored_past": "anchored_past",
+    "alike": "alike",
+}
+READING_RECORD = "reading.json"  # in RUN_DIR/align: the run's own head, tuned
+MERGED_RECORD = "reading_merged.json"  # the head merged with a reverse run's, tuned
+# records of the scripts/align.py before one stored reading: they are refused with how to re-tune
+OLD_RECORDS = ("best_head.json", "extraction.json", "extraction_product.json")
+RETUNE = "scripts/align.py {run} --tune-on xlwa_dev --tune-on epps_dev"
 
 
 def resolve_index(number: int, count: int, what: str) -> int:
@@ -76,17 +97,31 @@ class HeadReading:
         head = None if head is None else resolve_index(head, n_heads, "head")
         return cls(layer, head, mode, extraction)
 
+    def to_dict(self) -> dict:
+        """The one serialised form: ``{"layer", "head", "mode", "extraction": {...}}``."""
+        extraction = self.extraction.to_dict()
+        return {"layer": self.layer, "head": self.head, "mode": self.mode, "extraction": extraction}
+
+    @classmethod
+    def from_dict(cls, saved: Mapping, where: str, source: str = "") -> HeadReading:
+        """``to_dict``'s form back; a malformed one is a UserError naming ``where``."""
+        try:
+            extraction = Extraction.from_dict(saved["extraction"], where, source)
+            return cls(saved["layer"], saved["head"], saved["mode"], extraction)
+        except (KeyError, TypeError) as err:
+            raise UserError(
+                f"{where}: not a stored reading ({err!r} missing or malformed)"
+            ) from None
+
     @classmethod
     def from_config(cls, align, n_layers: int, n_heads: int) -> HeadReading:
         """The guided head of an ``AlignConfig``, or of a mapping with its keys (a run's saved
-        ``align`` block, a module's hyperparameters); ``extract`` / ``tau`` / ``diagonal`` when
-        it has them."""
+        ``align`` block, a module's hyperparameters), read as its ``CONFIG_KEYS`` say."""
         get = align.get if isinstance(align, Mapping) else lambda key: getattr(align, key, None)
         layer, head, mode = get("layer"), get("head"), get("mode") or "causal"
+        given = {field_: get(key) for key, field_ in CONFIG_KEYS.items() if get(key) is not None}
         try:
-            method, tau, width = get("extract") or "argmax", get("tau"), get("diagonal") or 0.0
-            given = "align.tau" if tau is not None else "align.diagonal" if width else ""
-            extraction = Extraction(method, tau, width, given)
+            extraction = Extraction.from_dict(given, "align", "the run's align config")
             return cls.of(layer, head, mode, n_layers, n_heads, extraction)
         except UserError as err:
             raise UserError(f"align.layer={layer} / align.head={head}: {err}") from None
@@ -98,6 +133,11 @@ class HeadReading:
     @property
     def full_context(self) -> bool:
         return self.mode == "full"
+
+    @property
+    def where(self) -> tuple[int, int | None, str]:
+        """Which rows are read, whatever the extraction: (layer, head, mode)."""
+        return self.layer, self.head, self.mode
 
     def read_by(self, extraction: Extraction) -> HeadReading:
         return replace(self, extraction=extraction)
@@ -141,75 +181,92 @@ class HeadReading:
         return f"{self.name} by {self.extraction.name}"
 
 
+def record_folder(run_dir: Path) -> Path:
+    """Where a run's records are kept: ``RUN_DIR/align`` of a run directory or of any of its
+    checkpoints."""
+    return run_folder(run_dir) / "align"
+
+
+@dataclass(frozen=True)
+class ReadingRecord:
+    """A reading chosen on development data, as ``scripts/align.py --tune-on`` records it:
+    the reading, the set it was tuned on, every value tried, and for a merged pair the reverse
+    run's head (read by the same extraction, on the merged matrices)."""
+
+    reading: HeadReading
+    tuned_on: str
+    trials: list[Trial] = field(default_factory=list, compare=False)
+    reverse: HeadReading | None = None
+
+    def save(self, folder: Path, name: str = READING_RECORD) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        record = {
+            "reading": self.reading.to_dict(),
+            "reverse": None if self.reverse is None else self.reverse.to_dict(),
+            "tuned_on": self.tuned_on,
+            "trials": [vars(t) for t in self.trials],
+        }
+        path = folder / name
+        path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, run_dir: Path, name: str = READING_RECORD) -> ReadingRecord | None:
+        """A run's record (of its directory or any of its checkpoints); None if it has none.
+        A record of an older ``scripts/align.py`` is a UserError that says how to re-tune."""
+        folder = record_folder(run_dir)
+        path = folder / name
+        if not path.is_file():
+            old = [f for f in OLD_RECORDS if (folder / f).is_file()]
+            if old:
+                raise UserError(
+                    f"{folder / old[0]} was written by an older scripts/align.py (a reading is "
+                    f"now one record, every parameter tuned on development data): tune again "
+                    f"with {RETUNE.format(run=run_folder(run_dir))}, then delete {old[0]}"
+                )
+            return None
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        source = f"tuned on {saved.get('tuned_on', '?')}"
+        reading = HeadReading.from_dict(saved.get("reading", {}), str(path), source)
+        reverse = saved.get("reverse")
+        if reverse is not None:
+            reverse = HeadReading.from_dict(reverse, str(path), source)
+        trials = [Trial(**t) for t in saved.get("trials", [])]
+        return cls(reading, saved.get("tuned_on", ""), trials, reverse)
+
+
 def guided_reading(run_dir: Path, n_layers: int, n_heads: int) -> HeadReading | None:
-    """The head a run trained with ``align.guided``, read as it was trained (its
-    ``config.yaml``), by the run's tuned tau if it has one (else by its ``align.extract``);
-    None for a run without guidance."""
+    """The head a run trained with ``align.guided``, read as its config says (its
+    ``config.yaml``); None for a run without guidance."""
     if not (run_folder(run_dir) / "config.yaml").is_file():
         return None
     align = load_run_config(run_dir).get("align")
     if align is None or not align.get("guided", False):
         return None
-    reading = HeadReading.from_config(align, n_layers, n_heads)
-    tuned = read_tuned(record_folder(run_dir) / RECORD)
-    return reading if tuned is None else reading.read_by(tuned)
+    return HeadReading.from_config(align, n_layers, n_heads)
 
 
-@dataclass(frozen=True)
-class BestHead:
-    """The reading with the lowest AER against a gold set, as ``scripts/align.py`` records
-    it in ``RUN_DIR/align/best_head.json``."""
-
-    reading: HeadReading
-    aer: float
-
-    def save(self, path: Path, grids: dict[str, list[list[float]]], what: str) -> None:
-        """Write the record with the AER grids it was chosen from (mode -> layer -> head)."""
-        r = self.reading
-        record = {
-            "layer": r.layer,
-            "head": r.head,
-            "mode": r.mode,
-            "method": r.extraction.method,
-            "tau": r.extraction.tau,
-            "diagonal": r.extraction.diagonal,
-            "aer": self.aer,
-            "scored_on": what,
-            "grids": grids,
-        }
-        path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-
-    @classmethod
-    def load(cls, run_dir: Path) -> BestHead | None:
-        """The run's record (of a run directory or any of its checkpoints); None if none."""
-        path = record_folder(run_dir) / "best_head.json"
-        if not path.is_file():
-            return None
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if "mode" not in record:
-            raise UserError(
-                f"{path} was written by an older scripts/align.py: score the run again "
-                f"(scripts/align.py {run_folder(run_dir)} --src ... --tgt ... --gold ...)"
-            )
-        width = record.get("diagonal", 0.0)  # records from before the prior have none
-        extraction = Extraction(record["method"], record["tau"], width, "recorded")
-        reading = HeadReading(record["layer"], record["head"], record["mode"], extraction)
-        return cls(reading, record["aer"])
+def with_tuned(reading: HeadReading, run_dir: Path | None) -> HeadReading:
+    """``reading`` by the run's tuned parameters if it is the head they were tuned for, else as
+    it is: a tau chosen for one head is never applied to another."""
+    if run_dir is None:
+        return reading
+    record = ReadingRecord.load(run_dir)
+    if record is None or record.reading.where != reading.where:
+        return reading
+    return record.reading
 
 
 def default_reading(run_dir: Path | None, n_layers: int, n_heads: int) -> HeadReading:
-    """The head every command reads unless told: the guided head if the run trained one, else
-    the best head ``scripts/align.py`` recorded, else the last layer's heads averaged (by the
-    run's tuned tau if it has one, else argmax)."""
+    """The reading every command uses unless told: the run's tuned reading, else its guided
+    head as configured, else the last layer's heads averaged by argmax."""
     if run_dir is None:
         return HeadReading(n_layers, None)
+    record = ReadingRecord.load(run_dir)
+    if record is not None:
+        return record.reading
     guided = guided_reading(run_dir, n_layers, n_heads)
-    if guided is not None:
-        return guided
-    best = BestHead.load(run_dir)
-    if best is not None:
-        return best.reading
-    return HeadReading(n_layers, None, extraction=Extraction.for_run(folder=record_folder(run_dir)))
+    return guided if guided is not None else HeadReading(n_layers, None)
 
 
 def parse_head(
@@ -221,17 +278,16 @@ def parse_head(
     method: str | None = None,
     tau: float | None = None,
     diagonal: float | None = None,
-    alike: bool | None = None,
+    alike: float | None = None,
 ) -> HeadReading:
     """``--head`` (with ``--mode``, ``--method``, ``--tau``, ``--diagonal`` and
     ``--no-alike``) of every command line -> a ``HeadReading``.
 
     ``L:H`` is a head, ``L`` a layer's heads averaged (1-based; negative from the end), read
-    in ``mode`` (default causal); ``best`` is the reading ``scripts/align.py`` recorded for the
-    run, ``guided`` the head the run trained with ``align.guided``, read as trained; None is
-    ``default_reading``. ``method`` / ``tau`` / ``diagonal`` / ``alike`` override how links are
-    read; otherwise a head brings its own (the recorded best's, else the run's tuned tau, else
-    argmax).
+    in ``mode`` (default causal); ``best`` is the reading ``--tune-on`` recorded for the run,
+    ``guided`` the head the run trained with ``align.guided``; None is ``default_reading``.
+    A head is read by the run's tuned parameters when it is the tuned head (``with_tuned``);
+    ``method`` / ``tau`` / ``diagonal`` / ``alike`` replace what they name.
     """
     if text in (None, "best", "guided"):
         if mode is not None:
@@ -244,12 +300,8 @@ def parse_head(
         reading = named_reading(text, n_layers, n_heads, run_dir)
     else:
         reading = numbered_reading(text, n_layers, n_heads, mode or "causal")
-        if run_dir is not None:
-            reading = reading.read_by(Extraction.for_run(folder=record_folder(run_dir)))
-    if method is None and tau is None and diagonal is None and alike is None:
-        return reading
-    folder = record_folder(run_dir) if run_dir is not None else None
-    return reading.read_by(Extraction.for_run(method, tau, folder, diagonal=diagonal, alike=alike))
+    reading = with_tuned(reading, run_dir)
+    return reading.read_by(reading.extraction.overridden(method, tau, diagonal, alike))
 
 
 def named_reading(text: str | None, n_layers: int, n_heads: int, run_dir: Path) -> HeadReading:
@@ -257,19 +309,20 @@ def named_reading(text: str | None, n_layers: int, n_heads: int, run_dir: Path) 
     if text is None:
         return default_reading(run_dir, n_layers, n_heads)
     if text == "best":
-        best = BestHead.load(run_dir)
-        if best is None:
+        record = ReadingRecord.load(run_dir)
+        if record is None:
             raise UserError(
-                f"--head best: {record_folder(run_dir) / 'best_head.json'} does not exist: run "
-                f"scripts/align.py {run_folder(run_dir)} --src ... --tgt ... --gold ... first, "
+                f"--head best: {record_folder(run_dir) / READING_RECORD} does not exist: choose "
+                f"a head on development data first ({RETUNE.format(run=run_folder(run_dir))}), "
                 f"or name the head as L:H"
             )
-        return best.reading
+        return record.reading
     reading = guided_reading(run_dir, n_layers, n_heads)
     if reading is None:
         raise UserError(
             f"--head guided: {run_folder(run_dir)} was not trained with align.guided=true "
-            f"(its config.yaml says so); name a head as L:H, or best after scripts/align.py"
+            f"(its config.yaml says so); name a head as L:H, or best after scripts/align.py "
+            f"--tune-on"
         )
     return reading
 

@@ -4,9 +4,10 @@ AER and the explorer share, in stages a reader can name:
 1. **capture**: ``Aligner`` (one trained run) captures a set of pairs' word-level
    cross-attention as ``CorpusAttention``, teacher-forced on the given targets;
 2. **read**: a ``HeadReading`` turns it into matrices and links; ``scan_heads`` scores every
-   head in every mode against gold and names the best (``BestHead``);
-3. **tune**: grow-diag's tau, at the diagonal prior, on a development set's matrices
-   (``align.extract.tune``);
+   head in every mode against gold and names the best;
+3. **tune**: a head (the guided one, else the best) and every parameter of its reading,
+   chosen on development sets' matrices (``align.extract.tune``) and recorded for the run
+   (``ReadingRecord``);
 4. **combine directions**: a reverse run's matrices turned round and merged with the forward
    run's by their geometric mean (``merged``);
 5. **score**: ``Row``, a label with links and their AER, precision and recall;
@@ -28,16 +29,21 @@ from torch import Tensor
 
 from transformer_mt.align.extract import (
     EXTRACTIONS,
-    MERGED_RECORD,
-    RECORD,
     Extraction,
+    Trial,
     merge_directions,
-    record_folder,
-    save_tuned,
     teacher_rows,
     tune,
 )
-from transformer_mt.align.gold import GoldSet, load_gold_set, read_sentences
+from transformer_mt.align.gold import (
+    DEV_SETS,
+    SHARED_GOLD_SETS,
+    GoldSet,
+    combined,
+    load_gold_set,
+    read_sentences,
+    shared_gold_set,
+)
 from transformer_mt.align.links import (
     Gold,
     Links,
@@ -46,7 +52,16 @@ from transformer_mt.align.links import (
     scores_by_length,
     turned_round,
 )
-from transformer_mt.align.reading import MODES, BestHead, HeadReading, guided_reading, parse_head
+from transformer_mt.align.reading import (
+    MERGED_RECORD,
+    MODES,
+    READING_RECORD,
+    HeadReading,
+    ReadingRecord,
+    guided_reading,
+    parse_head,
+    record_folder,
+)
 from transformer_mt.analysis.alignment import (
     LAYER_MEAN,
     LayerScores,
@@ -115,7 +130,7 @@ class Aligner:
         method: str | None = None,
         tau: float | None = None,
         diagonal: float | None = None,
-        alike: bool | None = None,
+        alike: float | None = None,
     ) -> HeadReading:
         """``--head`` / ``--mode`` / ``--method`` / ``--tau`` / ``--diagonal`` /
         ``--no-alike`` resolved here."""
@@ -163,10 +178,10 @@ def merged(forward: list[Tensor], backward: list[Tensor]) -> list[Tensor]:
     return [merge_directions(f, b) for f, b in zip(forward, backward, strict=True)]
 
 
-def every_method(reading: HeadReading, folder: Path) -> list[HeadReading]:
-    """``reading``, then its head read by every other method (grow-diag at the run's tuned tau)."""
+def every_method(reading: HeadReading) -> list[HeadReading]:
+    """``reading``, then its head read by every other method, its other parameters kept."""
     others = [m for m in EXTRACTIONS if m != reading.extraction.method]
-    return [reading, *(reading.read_by(Extraction.for_run(m, None, folder)) for m in others)]
+    return [reading, *(reading.read_by(reading.extraction.overridden(m)) for m in others)]
 
 
 def teacher_matrices(links: list[Links], pairs: GoldSet) -> list[Tensor]:
@@ -183,38 +198,83 @@ def read(matrices: list[Tensor], extraction: Extraction, pairs: GoldSet) -> list
     return [extraction.links(m, w) for m, w in zip(matrices, pairs.words, strict=True)]
 
 
-def dev_set(text: str, direction: tuple[str, str]) -> GoldSet:
-    """``--tune-on FORMAT:PATH`` (``xlwa:FILE.tsv`` or ``graca:FOLDER``): a development gold
-    set in the run's direction."""
-    fmt, sep, path = text.partition(":")
-    if not sep or fmt not in ("xlwa", "graca") or not path:
-        raise UserError(
-            f"--tune-on {text!r}: expected xlwa:FILE.tsv or graca:FOLDER (a development gold "
-            f"set; never the test set you report)"
-        )
-    spec = GoldSetConfig(format=fmt, path=path)
-    return load_gold_set(text, spec, *direction, where=f"--tune-on {text}")
+def dev_sets(names: list[str], direction: tuple[str, str], data_dir: Path | None) -> GoldSet:
+    """``--tune-on`` (repeatable): the shared development sets by name (``DEV_SETS``, under
+    ``data_dir``) or ``xlwa:FILE.tsv`` / ``graca:FOLDER``, in the run's direction, as one set
+    (``combined``: their links summed). A shared test set is refused."""
+    for text in names:  # every name checked before any set is read
+        if text in SHARED_GOLD_SETS and text not in DEV_SETS:
+            raise UserError(
+                f"--tune-on {text}: a test set, scored only; tune on {' and '.join(DEV_SETS)}"
+            )
+    sets = []
+    for text in names:
+        if text in DEV_SETS:
+            if data_dir is None:
+                raise UserError(
+                    f"--tune-on {text}: set TRANSFORMER_MT_DATA to the folder of the gold sets"
+                )
+            sets.append(shared_gold_set(text, Path(data_dir), *direction))
+            continue
+        fmt, sep, path = text.partition(":")
+        if not sep or fmt not in ("xlwa", "graca") or not path:
+            raise UserError(
+                f"--tune-on {text!r}: expected {', '.join(DEV_SETS)}, xlwa:FILE.tsv or "
+                f"graca:FOLDER (a development gold set; never the test set you report)"
+            )
+        spec = GoldSetConfig(format=fmt, path=path)
+        sets.append(load_gold_set(text, spec, *direction, where=f"--tune-on {text}"))
+    return combined(sets)
 
 
 def tune_run(
     run: Aligner,
     dev: GoldSet,
-    reading: HeadReading,
+    reading: HeadReading | None,
     pair: tuple[Aligner, HeadReading] | None = None,
-) -> tuple[Extraction, list, str]:
-    """Stage 3: grow-diag's tau (at the diagonal prior) chosen on a development set's matrices of
-    ``reading`` (merged with a reverse run's head, ``pair``, when given) and recorded for the
-    run (``MERGED_RECORD`` for a merged pair), where every command finds them. Returns the
-    choice, every setting's (tau, width, AER, P, R) and what was tuned."""
-    matrices, what = run.capture(dev).matrices(reading), reading.name
+    fixed: dict[str, float] | None = None,
+) -> tuple[ReadingRecord, str]:
+    """Stage 3: a reading chosen on a development set and recorded for the run, where every
+    command finds it (``MERGED_RECORD`` for a pair merged with a reverse run's head).
+
+    Args:
+        reading: the head to tune (its extraction is replaced); None: the best head in any
+            mode on the development set, read by argmax, then tuned.
+        pair: a reverse run and its head, merged in before tuning.
+        fixed: reading parameters given on the command line, kept as they are.
+
+    Returns:
+        the record and what was tuned, in words.
+    """
+    attention = run.capture(dev)
+    if reading is None:
+        reading = scan_heads(attention, dev.gold).best.reading
+    matrices, what = attention.matrices(reading), reading.name
     if pair is not None:
         reverse, theirs = pair
         matrices = merged(matrices, reverse_matrices(reverse, dev, theirs))
         what = f"{reading.name}, merged with {reverse.run_dir}'s {theirs.name}"
-    chosen, table = tune(matrices, dev.gold, words=dev.words)
-    record = RECORD if pair is None else MERGED_RECORD
-    save_tuned(run.records, chosen, f"{dev.name} ({what})", table, record)
-    return replace(chosen, source=f"tuned on {dev.name}"), table, what
+    chosen, trials = tune(matrices, dev.gold, dev.words, fixed)
+    source = f"tuned on {dev.name}"
+    record = ReadingRecord(
+        reading.read_by(replace(chosen, source=source)),
+        dev.name,
+        trials,
+        None if pair is None else pair[1].read_by(replace(chosen, source=source)),
+    )
+    record.save(run.records, MERGED_RECORD if pair is not None else READING_RECORD)
+    return record, what
+
+
+def format_trials(trials: list[Trial]) -> str:
+    """``tune``'s trials, a line per parameter and pass: each value's development AER."""
+    lines, key = [], None
+    for t in trials:
+        if (t.parameter, t.round) != key:
+            key = (t.parameter, t.round)
+            lines.append(f"  pass {t.round}, {t.parameter}:")
+        lines[-1] += f"  {t.value:g}: {t.aer:.3f}"
+    return "\n".join(lines)
 
 
 def merge_pair(
@@ -260,9 +320,9 @@ class HeadScan:
     grids: dict[str, list[list[LayerScores]]]  # mode -> layer -> H heads and the mean
 
     @property
-    def best(self) -> BestHead:
-        s = min((s for grid in self.grids.values() for row in grid for s in row), key=_aer)
-        return BestHead(s.reading, s.aer)
+    def best(self) -> LayerScores:
+        """The lowest AER of any head or layer mean in any mode (its ``reading`` by argmax)."""
+        return min((s for grid in self.grids.values() for row in grid for s in row), key=_aer)
 
     def best_of(self, mode: str, heads: bool = True) -> LayerScores:
         """The best single head (``heads``) or layer mean of one mode."""
@@ -272,17 +332,6 @@ class HeadScan:
     def cell(self, reading: HeadReading) -> LayerScores:
         row = self.grids[reading.mode][reading.layer - 1]
         return row[-1] if reading.head is None else row[reading.head - 1]
-
-    def record(self, folder: Path, what: str) -> BestHead:
-        """Write ``best_head.json`` (with every grid) in the run's records folder."""
-        folder.mkdir(parents=True, exist_ok=True)
-        grids = {
-            mode: [[round(s.aer, 4) for s in row] for row in grid]
-            for mode, grid in self.grids.items()
-        }
-        best = self.best
-        best.save(folder / "best_head.json", grids, what)
-        return best
 
 
 def _aer(scores: LayerScores) -> float:

@@ -15,8 +15,13 @@ from pathlib import Path
 
 from torch import Tensor
 
-from transformer_mt.align.extract import Extraction, record_folder
-from transformer_mt.align.reading import MODES, HeadReading, default_reading, guided_reading
+from transformer_mt.align.reading import (
+    MODES,
+    HeadReading,
+    default_reading,
+    guided_reading,
+    with_tuned,
+)
 from transformer_mt.analysis.capture import PairAttention, pair_attention
 from transformer_mt.checkpoint import load_model, run_data_config
 from transformer_mt.data.files import open_text
@@ -76,10 +81,14 @@ class Explorer:
         self, layer: int, head: int | None, mode: str, method: str = "argmax"
     ) -> HeadReading:
         """The page's layer, head (None: the mean), mode and method as a ``HeadReading``,
-        checked against the model where every ``--head`` is; grow-diag at the run's tuned tau."""
+        checked against the model where every ``--head`` is, read as every command reads it
+        (``with_tuned``: the tuned parameters for the tuned head), by ``method``."""
         _check_mode(mode)
-        extraction = Extraction.for_run(method, None, record_folder(self.run_dir))
-        return HeadReading.of(layer, head, mode, self.n_layers, self.n_heads, extraction)
+        reading = HeadReading.of(layer, head, mode, self.n_layers, self.n_heads)
+        reading = with_tuned(reading, self.run_dir)
+        if reading.extraction.method == method:
+            return reading
+        return reading.read_by(reading.extraction.overridden(method))
 
     @property
     def n_layers(self) -> int:
