@@ -59,12 +59,12 @@ class TranslationModule(L.LightningModule):
             valid_max_sentences: validation BLEU decodes the first N validation rows.
             references: {"valid": [...], "test": [...]} target sentences by row, for BLEU;
                 none: BLEU is not computed (the loss and perplexity still are).
-            guided: guided alignment, {"weight": λ, "layer": L, "head": H, "mode": M,
-                "extract": method, "tau": tau} (an ``AlignConfig``'s values): the loss gains λ x
+            guided: guided alignment, {"weight": λ, "layer": L, "head": H, "mode": M, and
+                the reading's ``CONFIG_KEYS``} (an ``AlignConfig``'s values): the loss gains λ x
                 the KL divergence between that cross-attention head, read as its
                 ``HeadReading`` says, and the batch's word links
-                (``transformer_mt.loss.alignment_loss``); validation AER reads its links by
-                the method and tau.
+                (``transformer_mt.loss.alignment_loss``); validation AER reads its links as
+                every command reads that reading.
             gold_sets: gold alignments scored at every validation (``val/aer_<name>``: the
                 guided head's AER, and the best layer's with heads averaged).
             literature_bleus: tokenized BLEUs logged beside SacreBLEU as ``<split>/<key>``
