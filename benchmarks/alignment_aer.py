@@ -151,14 +151,18 @@ def merged_rows(runs: list[Run], heads: dict, gold: GoldSet, dev: GoldSet | None
         for other in (r for r in runs if r.reverse):
             (ours, our_head), (theirs, their_head) = heads[one.name], heads[other.name]
             readings = [(Extraction("grow-diag"), "no dev set", [])]
-            if dev is not None:
+            key = ("merged", other.name)  # tuned once per pair, whatever the gold set
+            first = dev is not None and key not in one.dev_matrices
+            if first:
                 dev_theirs = turned(other.on_dev(their_head, dev))
-                readings = tuned(merged(one.on_dev(our_head, dev), dev_theirs), dev)
+                one.dev_matrices[key] = tuned(merged(one.on_dev(our_head, dev), dev_theirs), dev)
+            if dev is not None:
+                readings = one.dev_matrices[key]
             for chosen, how, trials in readings:
                 links = read(merged(ours, theirs), chosen, gold)
                 label = f"{one.name}+{other.name}: merged, {chosen.name} ({how})"
                 rows.append(Row.of(label, links, gold.gold))
-                if trials and how == "dev":
+                if first and trials and how == "dev":
                     print(f"{label}: chosen on {dev.name}, development AER of each value tried:")
                     print(format_trials(trials))
     return rows
