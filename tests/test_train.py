@@ -132,11 +132,17 @@ def test_guided_run_scores_its_head_on_a_gold_set_and_draws_it(
     rows = [r for r in csv.DictReader(logged.splitlines()) if r.get("val/aer_tiny")]
     aer = metrics["aer"]["tiny"]
     assert aer["guided_head"] == round(float(rows[-1]["val/aer_tiny"]), 4)
-    assert aer["best_layer"] == round(float(rows[-1]["val/aer_tiny_best_layer"]), 4)
+    # every layer scored, none picked: the gold set may be a test set
+    assert aer["layers"] == [round(float(rows[-1][f"val/aer_tiny_layer{k}"]), 4) for k in (1, 2)]
+    assert "val/aer_tiny_layer3" not in logged and "best" not in logged
     assert json.loads((out / "metrics.json").read_text())["aer"] == metrics["aer"]
     printed = capsys.readouterr().out
     named = f"1:1 ({reading})" + f", {how.name}" * shift
-    assert f"AER tiny: guided head {named} {aer['guided_head']:.3f}, best layer" in printed
+    layers = f"{aer['layers'][0]:.3f} / {aer['layers'][1]:.3f}"
+    assert (
+        f"AER tiny: guided head {named} {aer['guided_head']:.3f}, layers 1-2, heads averaged "
+        f"{layers}" in printed
+    )
     drawn = metrics["alignment"]["guided_head"]
     assert drawn["png"] == "alignment_layer1_head1.png" and (out / drawn["png"]).is_file()
     # shifted, a word's row is the one where it is the input: no EOS row in the picture

@@ -45,15 +45,16 @@ def test_training_curves_gain_an_alignment_panel_when_gold_sets_were_scored() ->
     with_aer = {
         **base,
         "val/aer_graca": [(2, 0.5)],
-        "val/aer_graca_best_layer": [(2, 0.6)],
-        "val/aer_graca_which_layer": [(2, 2.0)],  # a layer number, not an error rate
+        "val/aer_graca_layer1": [(2, 0.6)],
+        "val/aer_graca_layer2": [(2, 0.4)],
     }
     fig = plot_curves(with_aer)
     panel = [ax for ax in fig.axes if ax.get_title() == "alignment error rate"]
     assert len(panel) == 1 and sum(ax.get_visible() for ax in fig.axes) == 7
     assert sorted(line.get_label() for line in panel[0].lines) == [
         "val/aer_graca",
-        "val/aer_graca_best_layer",
+        "val/aer_graca_layer1",
+        "val/aer_graca_layer2",
     ]
 
 

@@ -66,7 +66,7 @@ class TranslationModule(L.LightningModule):
                 (``transformer_mt.loss.alignment_loss``); validation AER reads its links as
                 every command reads that reading.
             gold_sets: gold alignments scored at every validation (``val/aer_<name>``: the
-                guided head's AER, and the best layer's with heads averaged).
+                guided head's AER; ``val/aer_<name>_layer<k>``: each layer's, heads averaged).
             literature_bleus: tokenized BLEUs logged beside SacreBLEU as ``<split>/<key>``
                 (``metrics.literature_bleus`` for the data, the target language bound):
                 ``{key: bleu(hypotheses, references) -> Score}``.
@@ -266,7 +266,7 @@ class TranslationModule(L.LightningModule):
         self.validated_at_step = self.global_step
 
     def _log_aer(self) -> None:
-        """AER on each gold set: the guided head's, and the best layer's (heads averaged).
+        """AER on each gold set: the guided head's, and each layer's (heads averaged).
 
         Computed once, on rank 0 (every rank holds the same weights), and sent to the others,
         which log the same figures."""
@@ -281,8 +281,8 @@ class TranslationModule(L.LightningModule):
         for gold, found in zip(self.gold_sets, scores):
             if "head" in found:
                 self._log_everywhere(f"val/aer_{gold.name}", found["head"], prog_bar=True)
-            self._log_everywhere(f"val/aer_{gold.name}_best_layer", found["best_layer_aer"])
-            self._log_everywhere(f"val/aer_{gold.name}_which_layer", found["best_layer"])
+            for layer, aer in enumerate(found["layers"], 1):
+                self._log_everywhere(f"val/aer_{gold.name}_layer{layer}", aer)
             for bucket, aer in found["by_length"].items():  # 1-10 -> len1_10, >50 -> lenover50
                 key = bucket.replace(">", "over").replace("-", "_")
                 self._log_everywhere(f"val/aer_{gold.name}_len{key}", aer)

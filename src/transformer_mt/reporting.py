@@ -39,27 +39,30 @@ def final_validation(
     }
     aer = {}
     for gold in module.gold_sets:  # AER of the final weights on each align.gold set
-        scores = {
-            "guided_head": metrics.get(f"val/aer_{gold.name}"),  # absent without align.guided
-            "best_layer": metrics.get(f"val/aer_{gold.name}_best_layer"),
-            "which_layer": metrics.get(f"val/aer_{gold.name}_which_layer"),
-        }
-        if scores["best_layer"] is not None:  # logged at every validation after the sanity check
-            aer[gold.name] = {k: round(float(v), 4) for k, v in scores.items() if v is not None}
+        layers = []
+        while (score := metrics.get(f"val/aer_{gold.name}_layer{len(layers) + 1}")) is not None:
+            layers.append(round(float(score), 4))
+        if not layers:  # logged at every validation after the sanity check
+            continue
+        head = metrics.get(f"val/aer_{gold.name}")  # absent without align.guided
+        aer[gold.name] = {"guided_head": round(float(head), 4)} if head is not None else {}
+        aer[gold.name]["layers"] = layers
     if aer:
         out["aer"] = aer
     return out
 
 
-def aer_report(aer: dict[str, dict[str, float]], reading: HeadReading | None) -> str:
-    """The lines that end a run with gold sets: each set's AER, guided head and best layer."""
+def aer_report(aer: dict[str, dict], reading: HeadReading | None) -> str:
+    """The lines that end a run with gold sets: each set's AER, the guided head's and every
+    layer's (heads averaged; none is picked, as a gold set here may be a test set)."""
     lines = []
     for name, scores in aer.items():
         parts = []
         if "guided_head" in scores and reading is not None:
             how = "" if reading.extraction == ARGMAX else f", {reading.extraction.name}"
             parts.append(f"guided head {reading.name}{how} {scores['guided_head']:.3f}")
-        parts.append(f"best layer {int(scores['which_layer'])} {scores['best_layer']:.3f}")
+        layers = " / ".join(f"{aer:.3f}" for aer in scores["layers"])
+        parts.append(f"layers 1-{len(scores['layers'])}, heads averaged {layers}")
         lines.append(f"      AER {name}: " + ", ".join(parts))
     return "alignment (gold sets, final weights):\n" + "\n".join(lines)
 

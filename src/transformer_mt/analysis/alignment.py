@@ -178,20 +178,20 @@ def score_heads(
 def gold_aer(
     model: Transformer, tokenizer, gold: GoldSet, reading: HeadReading | None = None
 ) -> dict[str, float]:
-    """AER of one reading and of the best layer's heads averaged (argmax), as training logs it.
+    """AER of one reading and of every layer's heads averaged (argmax), as training logs it.
 
-    The model is put in eval mode by the caller; the layers' means are read as the model
-    predicts (causal), the head in its own reading.
+    Every layer is scored and none is picked: the gold sets a run scores while training may be
+    test sets, which choose nothing. The model is put in eval mode by the caller; the layers'
+    means are read as the model predicts (causal), the head in its own reading.
 
     Returns:
-        ``{"head": ..., "best_layer": ..., "best_layer_aer": ...}`` (no "head" without one), and
-        ``"by_length"``: {source-length bucket: AER} of the head, else of the best layer.
+        ``{"head": ..., "layers": [layer 1's AER, ...]}`` (no "head" without one), and
+        ``"by_length"``: {source-length bucket: AER} of the head, else of the last layer.
     """
     attention = corpus_attention(model, tokenizer, gold.sources, gold.targets)
     means = score_layers(attention, gold.gold)
-    best = min(means, key=lambda s: s.aer)
-    out = {"best_layer": float(best.layer), "best_layer_aer": best.aer}
-    links = best.links
+    out = {"layers": [s.aer for s in means]}
+    links = means[-1].links
     if reading is not None:
         if reading.full_context:
             attention = corpus_attention(

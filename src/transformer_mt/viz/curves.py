@@ -58,10 +58,10 @@ def read_metrics(path: str | Path) -> dict[str, list[tuple[int, float]]]:
 def plot_curves(series: dict[str, list[tuple[int, float]]]) -> Figure:
     """Loss, perplexity, BLEU, learning rate, gradient norm and padding against the optimizer step;
     with gold alignments scored while training (``align.gold``), their AER in a seventh panel and
-    the guided head's (else the best layer's) AER by source length in an eighth."""
-    scored = sorted(n for n in series if n.startswith("val/aer_") and not n.endswith("which_layer"))
+    the guided head's (else the last layer's) AER by source length in an eighth."""
+    scored = sorted(n for n in series if n.startswith("val/aer_"))
     aer = tuple(n for n in scored if "_len" not in n)
-    by_length = tuple(n for n in scored if "_len" in n)  # the guided head (else best layer)
+    by_length = tuple(n for n in scored if "_len" in n)  # the guided head (else last layer)
     panels = PANELS + tuple(p for p in (aer, by_length) if p)
     rows = -(-len(panels) // 3)
     fig = Figure(figsize=(4.2 * 3, 3.4 * rows))  # no pyplot: no global state, any backend
