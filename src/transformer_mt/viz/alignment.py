@@ -11,6 +11,21 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from torch import Tensor
 
+# The largest side of one heatmap, in inches: past it, a long pair's rows and columns get
+# narrower and their labels smaller, instead of a figure of tens of megapixels that takes
+# seconds to save and cannot be looked at whole.
+MAX_SIDE = 16.0
+MAX_CELL = 4.0  # the same for each heatmap of the grid of every head
+
+
+def _side(words: int, per_word: float, margin: float, low: float, high: float) -> float:
+    return min(high, max(low, per_word * words + margin))
+
+
+def _label_size(words: int, inches: float, largest: float) -> float:
+    """A font size (points) that fits ``words`` labels along ``inches``, at most ``largest``."""
+    return max(2.0, min(largest, 0.75 * 72 * inches / max(words, 1)))
+
 
 def plot_alignment(
     weights: Tensor, src_words: list[str], tgt_words: list[str], title: str = ""
@@ -25,12 +40,20 @@ def plot_alignment(
         raise ValueError(
             f"weights of shape {w.shape} do not match {len(tgt_words)} target x {len(src_words)} source words"
         )
-    size = max(3.0, 0.45 * max(w.shape) + 1.5)
+    size = _side(max(w.shape), 0.45, 1.5, 3.0, MAX_SIDE)
     fig = Figure(figsize=(size + 1.0, size))  # no pyplot: no global state, any backend
     ax = fig.subplots()
     image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(len(src_words)), src_words, rotation=60, ha="left", rotation_mode="anchor")
-    ax.set_yticks(range(len(tgt_words)), tgt_words)
+    font = _label_size(max(w.shape), size - 1.5, 10.0)
+    ax.set_xticks(
+        range(len(src_words)),
+        src_words,
+        rotation=60,
+        ha="left",
+        rotation_mode="anchor",
+        fontsize=font,
+    )
+    ax.set_yticks(range(len(tgt_words)), tgt_words, fontsize=font)
     ax.xaxis.tick_top()
     ax.xaxis.set_label_position("top")
     ax.set_xlabel("source")
@@ -54,7 +77,8 @@ def plot_heads(weights: Tensor, src_words: list[str], tgt_words: list[str]) -> F
         raise ValueError(
             f"weights of shape {w.shape[2:]} do not match {len(tgt_words)} target x {len(src_words)} source words"
         )
-    cell = max(1.6, 0.22 * max(w.shape[2:]) + 0.8)
+    cell = _side(max(w.shape[2:]), 0.22, 0.8, 1.6, MAX_CELL)
+    font = _label_size(max(w.shape[2:]), cell - 0.8, 6.0)
     fig = Figure(figsize=(cell * H + 1.2, cell * L + 0.8))
     axes = fig.subplots(L, H, squeeze=False)
     for layer in range(L):
@@ -68,9 +92,9 @@ def plot_heads(weights: Tensor, src_words: list[str], tgt_words: list[str]) -> F
                 rotation=60,
                 ha="left",
                 rotation_mode="anchor",
-                fontsize=6,
+                fontsize=font,
             )
-            ax.set_yticks(range(len(tgt_words)), tgt_words if head == 0 else [], fontsize=6)
+            ax.set_yticks(range(len(tgt_words)), tgt_words if head == 0 else [], fontsize=font)
             ax.xaxis.tick_top()
     fig.colorbar(image, ax=axes, fraction=0.02, pad=0.01, label="attention weight")
     return fig
