@@ -84,6 +84,10 @@ def recipe(name: str, out: Path, cache: Path, corpora: dict, *overrides: str) ->
         "trainer.enable_progress_bar=false",
         "trainer.loggers=[]",  # the curves are drawn and tested elsewhere
         "heatmaps.valid_sentences=0",  # the recipe's example sentence is still drawn
+        # an untrained model's searches run to the length limit: 8 pieces, not |x| + 50
+        # (validation, test and the final evaluation all read decode's limit)
+        "decode.max_len_a=0",
+        "decode.max_len_b=8",
         # a GPU recipe's compiled step takes minutes to build on 2 cores, and is tested in
         # test_compile_training.py
         "trainer.compile=false",
@@ -109,6 +113,8 @@ CHANGED = (
     "trainer.enable_progress_bar",
     "trainer.loggers",
     "trainer.compile",
+    "decode.max_len_a",
+    "decode.max_len_b",
     "output_dir",
     "data.cache_dir",
     "data.vocab_size",
@@ -223,6 +229,10 @@ def check_final_evaluation(metrics: dict, cfg: DictConfig, run_dir: Path) -> Non
     for split, scores in final["splits"].items():
         hyps = (run_dir / "final" / f"{split}.hyp.txt").read_text(encoding="utf-8").splitlines()
         assert len(hyps) == scores["sentences"] == len(corpus[split])
+        # the run's search settings held: no hypothesis past decode's limit (pieces >= words)
+        assert cfg.decode.max_len_a == 0 and all(
+            len(h.split()) <= cfg.decode.max_len_b for h in hyps
+        )
         again, _ = score_translations(hyps, corpus[split]["tgt"], data)
         assert {k: scores[k] for k in again} == again
         assert 0 <= scores["bleu_tokenized_lowercase"] <= 100
@@ -338,7 +348,10 @@ def test_paper_base_on_two_processes_trains_resumes_and_evaluates(
     assert read_metrics(ddp)["val/bleu"][-1][1] == pytest.approx(two["val_bleu"], abs=0.01)
 
     # evaluate.py, as the recipe's comment says: the last 2 averaged, beam 4, α 0.6
-    scored = run_script("evaluate.py", f"run_dir={ddp}", env=env)  # one process: no DDP
+    # one process: no DDP; as short as training's searches (the recipe's beam 4 and α kept)
+    scored = run_script(
+        "evaluate.py", f"run_dir={ddp}", "decode.max_len_a=0", "decode.max_len_b=16", env=env
+    )
     assert scored.returncode == 0, scored.stderr[-3000:]
     assert (
         f"test of wmt14_en_de (en->de), {DDP_SIZES['test']} sentences, beam 4, α 0.6, "

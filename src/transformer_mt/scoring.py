@@ -92,11 +92,15 @@ def corpus_split(corpus, name: str, data_cfg: DataConfig):
     return corpus[name]
 
 
-def final_evaluation(run_dir: Path, final: FinalEvalConfig, data_cfg: DataConfig) -> dict:
+def final_evaluation(
+    run_dir: Path, final: FinalEvalConfig, data_cfg: DataConfig, search: DecodeConfig
+) -> dict:
     """The evaluation a paper reports, after training, every choice made on the validation split:
     the number of last checkpoints averaged (of ``final.average_last``, by greedy BLEU), then the
     length penalty α (of ``final.length_penalties``, by beam-search BLEU); then each split of
-    ``final.splits`` decoded once with them and scored (``score_translations``).
+    ``final.splits`` decoded once with them and scored (``score_translations``). Greedy and
+    beam search keep the run's other search settings (``search``: its ``decode``, e.g. the
+    maximum output length).
 
     Hypotheses go to ``<run>/final/<split>.hyp.txt``.
 
@@ -117,13 +121,13 @@ def final_evaluation(run_dir: Path, final: FinalEvalConfig, data_cfg: DataConfig
                 raise
             log.warning("final.average_last: %s has fewer than %d step checkpoints", run_dir, count)
             break
-        hyps = _decoder(model, tokenizer, valid)(DecodeConfig(beam_size=1))
+        hyps = _decoder(model, tokenizer, valid)(replace(search, beam_size=1))
         bleu = corpus_bleu(hyps, list(valid["tgt"]))
         by_count.append({"average_last": len(sources), "greedy_bleu": round(bleu.score, 2)})
         models[len(sources)] = model, tokenizer, sources
     chosen = max(by_count, key=lambda r: (r["greedy_bleu"], -r["average_last"]))
     model, tokenizer, sources = models[chosen["average_last"]]
-    decode = DecodeConfig(beam_size=final.beam_size)
+    decode = replace(search, beam_size=final.beam_size)
     rows, best, _ = length_penalty_rows(
         _decoder(model, tokenizer, valid), decode, list(valid["tgt"]), final.length_penalties
     )

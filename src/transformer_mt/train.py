@@ -99,7 +99,8 @@ def run(cfg: DictConfig) -> dict:
         )
         draw_curves(out)
         if final.splits:
-            metrics["final"] = final_evaluation(out, final, datamodule.cfg)
+            search = OmegaConf.to_object(cfg.decode)
+            metrics["final"] = final_evaluation(out, final, datamodule.cfg, search)
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
     return metrics
 
