@@ -33,6 +33,9 @@ SMALL = [
     "trainer.loggers=[csv]",
     "heatmaps.src=null",
     "heatmaps.valid_sentences=0",
+    # an untrained model's searches run to the length limit: 8 pieces here, not |x| + 50
+    "decode.max_len_a=0",
+    "decode.max_len_b=8",
 ]
 
 

@@ -41,7 +41,8 @@ def worker_context(num_workers: int) -> multiprocessing.context.BaseContext | No
     (in CPython's after-fork thread-state cleanup), its rank waits for a batch, and under DDP
     the other ranks wait in their next collective. The fork server is a fresh single-threaded interpreter started once, so every worker
     forked from it starts clean; this module, which it imports first (torch, datasets and
-    Lightning with it), keeps each worker's start short.
+    Lightning with it), keeps each worker's start short. Lightning is needed there anyway: with
+    ``seed_everything(workers=True)`` every worker runs Lightning's seeding function.
     """
     if num_workers == 0 or "forkserver" not in multiprocessing.get_all_start_methods():
         return None  # read in the training process itself; Windows spawns workers (safe)
