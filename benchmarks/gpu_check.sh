@@ -53,13 +53,15 @@ section() {
 
 # only the files that hold gpu-marked tests: collecting the whole suite costs seconds for nothing
 GPU_TEST_FILES=$(grep -l "mark.gpu" tests/test_*.py | tr '\n' ' ')
-HAS_CUDA=$($PY -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo 0)
+# one interpreter start for both: whether CUDA is here, and the versions the report names
+read -r HAS_CUDA VERSIONS < <($PY -c 'import torch, lightning
+print(int(torch.cuda.is_available()), f"torch {torch.__version__} (CUDA {torch.version.cuda}), lightning {lightning.__version__}")' 2>/dev/null || echo 0 "torch: not importable")
 {
     echo "# GPU check, $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
     echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "- CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs), $(nproc) cores"
-    echo "- $($PY -c 'import torch, lightning; print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), lightning {lightning.__version__}")')"
+    echo "- $VERSIONS"
     if [ "$HAS_CUDA" = 1 ]; then
         echo "- GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || $PY -c 'import torch; print(torch.cuda.get_device_name())')"
     else

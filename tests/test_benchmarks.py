@@ -371,6 +371,7 @@ def test_gpu_check_without_cuda_says_what_it_skipped_and_exits_0(tmp_path) -> No
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     text = report.read_text()
     assert "**no CUDA device here**: the GPU sections were skipped" in text
+    assert "\n- torch " in text and ", lightning " in text  # the versions, from the one start
     assert "## gpu-marked tests\n\nnot run: they need CUDA" in text
     assert "## training step, toy size, CPU" in text and "0 section(s) failed" in text
 

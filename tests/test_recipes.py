@@ -414,7 +414,7 @@ def test_paper_base_on_two_processes_trains_resumes_and_evaluates(
 def test_a_model_that_translates_scores_the_same_on_two_processes_as_on_one(
     demo_run, tmp_path
 ) -> None:
-    """The suite's demo model (test BLEU about 50), its last checkpoint validated and tested
+    """The suite's demo model (test BLEU about 47), its last checkpoint validated and tested
     again on one process and on two (``trainer=ddp_cpu``'s keys on the resumed run, nothing left
     to train): the same hypotheses line for line and the same BLEU, chrF and perplexity, where
     a wrong gather (a row dropped, counted twice or out of order) would show."""
