@@ -18,19 +18,19 @@ def test_heatmap_is_labelled_with_words(tmp_path) -> None:
 
 
 def test_a_long_pair_keeps_every_label_in_a_figure_of_bounded_size() -> None:
-    """120 words a side: every word labelled, smaller, in at most MAX_SIDE inches (not 55), and
+    """80 words a side: every word labelled, smaller, in at most MAX_SIDE inches (not 37), and
     the grid of heads in at most MAX_CELL inches a panel."""
     from transformer_mt.viz.alignment import MAX_CELL, MAX_SIDE, plot_heads
 
-    words = [f"w{i}" for i in range(120)]
-    fig = plot_alignment(torch.rand(120, 120).softmax(-1), words, words)
+    words = [f"w{i}" for i in range(80)]
+    fig = plot_alignment(torch.rand(80, 80).softmax(-1), words, words)
     assert max(fig.get_size_inches()) <= MAX_SIDE + 1.0
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == words
     small = ax.get_yticklabels()[0].get_fontsize()
     short = plot_alignment(torch.rand(4, 4).softmax(-1), words[:4], words[:4])
     assert small < short.axes[0].get_yticklabels()[0].get_fontsize() == 10.0
-    grid = plot_heads(torch.rand(2, 2, 120, 120).softmax(-1), words, words)
+    grid = plot_heads(torch.rand(2, 2, 80, 80).softmax(-1), words, words)
     assert tuple(grid.get_size_inches()) == (2 * MAX_CELL + 1.2, 2 * MAX_CELL + 0.8)
 
 
