@@ -30,7 +30,7 @@ from pathlib import Path
 
 from transformer_mt.align.extract import EXTRACTIONS, Extraction
 from transformer_mt.align.links import format_pharaoh
-from transformer_mt.align.reading import MERGED_RECORD, MODES, ReadingRecord
+from transformer_mt.align.reading import MODES, tuned_pair
 from transformer_mt.analysis.pipeline import (
     Aligner,
     Row,
@@ -157,14 +157,15 @@ def main() -> None:
         else [Row.of(r.label, attention.links(r), gold) for r in every_method(reading)]
     )
     if pair is not None:
-        merged_record = ReadingRecord.load(args.run_dir, MERGED_RECORD)
-        base = (
-            Extraction("grow-diag") if merged_record is None else merged_record.reading.extraction
-        )
+        # the heads the pair was tuned for, read as tuned, unless --head or --mode names others
+        named = args.head is not None or args.mode is not None
+        ours, reverse_head, tuned = tuned_pair(args.run_dir, reading, pair[1], named)
+        pair = pair[0], reverse_head
+        base = Extraction("grow-diag") if tuned is None else tuned
         how = base.overridden(args.method, args.tau, args.diagonal, args.alike)
-        if merged_record is None:
-            print(f"note: no reading tuned for the pair: {how.name} (tune it with --tune-on)")
-        links, theirs = merge_pair(attention, reading, pair, how)
+        if tuned is None:
+            print(f"note: no reading tuned for these heads: {how.name} (tune it with --tune-on)")
+        links, theirs = merge_pair(attention, ours, pair, how)
         print(f"merged with {pair[1].name} of {args.reverse_run} by their geometric mean, read")
         print(f"  by {how.name} {how.source}".rstrip())
         if gold is not None:

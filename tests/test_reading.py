@@ -146,6 +146,24 @@ def test_one_policy_the_tuned_reading_then_the_guided_head_then_the_last_layer(t
         parse_head(None, 6, 8, run_dir=run, mode="shift")
 
 
+def test_a_merged_pair_reads_the_heads_it_was_tuned_for_and_only_those(tmp_path) -> None:
+    from transformer_mt.align.reading import MERGED_RECORD, tuned_pair
+
+    run = tmp_path / "run"
+    forward, reverse = HeadReading(6, None), HeadReading(6, None)  # each run's own default
+    assert tuned_pair(run, forward, reverse, named=False) == (forward, reverse, None)
+    tuned = Extraction("grow-diag", 0.1, 8.0, 50, 20, 0.9)
+    ours, theirs = HeadReading(1, 1, "shift", tuned), HeadReading(1, 1, "shift", Extraction())
+    ReadingRecord(ours, "dev", [], theirs).save(record_folder(run), MERGED_RECORD)
+    # nothing named: the record's two heads, read as tuned, whatever each run's default
+    assert tuned_pair(run, forward, reverse, named=False) == (ours, theirs, tuned)
+    # the same heads named: still tuned; another head on either side: nothing tuned for it
+    named = HeadReading(1, 1, "shift")
+    assert tuned_pair(run, named, HeadReading(1, 1, "shift"), named=True)[2] == tuned
+    assert tuned_pair(run, HeadReading(2, 1, "shift"), named, named=True)[2] is None
+    assert tuned_pair(run, named, HeadReading(1, 1, "causal"), named=True)[2] is None
+
+
 def test_a_guided_head_is_built_once_from_align_config() -> None:
     align = AlignConfig(guided=True, layer=-1, head=2, mode="shift")
     assert HeadReading.from_config(align, 3, 4) == HeadReading(3, 2, "shift")

@@ -257,6 +257,25 @@ def with_tuned(reading: HeadReading, run_dir: Path | None) -> HeadReading:
     return record.reading
 
 
+def tuned_pair(
+    run_dir: Path, forward: HeadReading, reverse: HeadReading, named: bool
+) -> tuple[HeadReading, HeadReading, Extraction | None]:
+    """The heads a pair merges and the reading tuned for them (``with_tuned`` for a pair).
+
+    The run's merged record (``MERGED_RECORD``) gives both heads unless heads were ``named``;
+    its extraction applies only to the two heads it was tuned for, else None: nothing was tuned
+    for this pair of heads.
+    """
+    record = ReadingRecord.load(run_dir, MERGED_RECORD)
+    if record is None or record.reverse is None:
+        return forward, reverse, None
+    if not named:
+        forward, reverse = record.reading, record.reverse
+    if (forward.where, reverse.where) != (record.reading.where, record.reverse.where):
+        return forward, reverse, None
+    return forward, reverse, record.reading.extraction
+
+
 def default_reading(run_dir: Path | None, n_layers: int, n_heads: int) -> HeadReading:
     """The reading every command uses unless told: the run's tuned reading, else its guided
     head as configured, else the last layer's heads averaged by argmax."""
