@@ -231,25 +231,17 @@ def test_gpu_preset_resolves_mixed_precision_for_the_hardware() -> None:
 
 def test_a_multirun_sweep_writes_one_results_table(tmp_path) -> None:
     """Two jobs of a Hydra sweep (as the Table 3 rows run), one table at the end."""
-    import subprocess
-    import sys
-
-    from .conftest import ROOT
+    from .scripts import run_script
 
     sweep = tmp_path / "sweep"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "train.py"),
-            "-m",
-            f"data.cache_dir={tmp_path / 'cache'}",
-            *SMALL,
-            "trainer.max_steps=3",
-            "model.n_heads=1,4",
-            f"hydra.sweep.dir={sweep}",
-        ],
-        capture_output=True,
-        text=True,
+    result = run_script(
+        "train.py",
+        "-m",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        *SMALL,
+        "trainer.max_steps=3",
+        "model.n_heads=1,4",
+        f"hydra.sweep.dir={sweep}",
         timeout=400,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -264,19 +256,15 @@ def test_a_multirun_sweep_writes_one_results_table(tmp_path) -> None:
     assert "| job | overrides | parameters |" in (sweep / "results.md").read_text()
 
 
-def _train_script(*args: str, wait: bool = True, output=None):
-    """``scripts/train.py ARGS`` run to its end, or with ``wait`` False started (its output to
-    the file ``output``, else nowhere)."""
+def _started_train_script(*args: str):
+    """``scripts/train.py ARGS`` started in a process of its own (to be killed), output nowhere."""
     import subprocess
     import sys
 
     from .conftest import ROOT
 
     command = [sys.executable, str(ROOT / "scripts" / "train.py"), *args]
-    if not wait:
-        sink = subprocess.DEVNULL if output is None else output
-        return subprocess.Popen(command, stdout=sink, stderr=sink)
-    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def test_resume_on_the_command_line_after_a_kill_replays_the_losses(tmp_path) -> None:
@@ -287,9 +275,7 @@ def test_resume_on_the_command_line_after_a_kill_replays_the_losses(tmp_path) ->
 
     common = [f"data.cache_dir={tmp_path / 'cache'}", *SMALL, "trainer.max_steps=46"]
     killed = tmp_path / "killed"
-    process = _train_script(
-        *common, f"hydra.run.dir={killed}", "checkpoint.every_steps=10", wait=False
-    )
+    process = _started_train_script(*common, f"hydra.run.dir={killed}", "checkpoint.every_steps=10")
     started = time.monotonic()
     while not list((killed / "checkpoints").glob("*step=20*.ckpt")):
         assert process.poll() is None, "the run ended before its step-20 checkpoint"
@@ -302,15 +288,20 @@ def test_resume_on_the_command_line_after_a_kill_replays_the_losses(tmp_path) ->
     # between writing the step file and last.ckpt (each written whole, by rename)
     assert step in (10, 20, 30, 40), step
 
-    # the run left alone, beside the resumed one (the corpus is prepared and cached by now)
-    log = tmp_path / "straight.log"
-    with log.open("w") as output:
-        straight = _train_script(
-            *common, f"hydra.run.dir={tmp_path / 'straight'}", wait=False, output=output
+    # the run left alone, beside the resumed one (the corpus is prepared and cached by now);
+    # neither is killed, so both start from the suite's warm fork server (tests/scripts.py)
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .scripts import run_script
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        straight = pool.submit(
+            run_script, "train.py", *common, f"hydra.run.dir={tmp_path / 'straight'}", timeout=600
         )
-        resumed = _train_script(f"resume={killed}")  # no other key: all from its config.yaml
-        straight.wait(timeout=600)
-    assert straight.returncode == 0, log.read_text()[-3000:]
+        # no other key: all from its config.yaml
+        resumed = pool.submit(run_script, "train.py", f"resume={killed}", timeout=600)
+        straight, resumed = straight.result(), resumed.result()
+    assert straight.returncode == 0, straight.stderr[-3000:]
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert torch.load(killed / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 46
     expected, got = _losses(tmp_path / "straight"), _losses(killed)
