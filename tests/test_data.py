@@ -368,3 +368,26 @@ def test_loader_workers_start_from_a_fork_server_not_forked_from_training() -> N
 
     assert worker_context(0) is None
     assert worker_context(2).get_start_method() == "forkserver"
+
+
+@pytest.mark.slow
+def test_a_loader_worker_starts_without_lightning() -> None:
+    """A worker only reads and pads rows: its fork server imports the batching module and
+    ``datasets``, not Lightning (nor Transformers, which torchmetrics imports with it), which
+    took seconds at every rank's start. Its modules, asked from a worker, in a fresh process:
+    a process has one fork server, and the suite's own (tests/scripts.py) preloads Lightning."""
+    import json
+    import subprocess
+    import sys
+
+    ask = (
+        "import json\n"
+        "from transformer_mt.datamodule import worker_context\n"
+        "with worker_context(1).Pool(1) as pool:\n"
+        "    print(json.dumps(pool.apply(eval, ('list(__import__(\"sys\").modules)',))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", ask], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = set(json.loads(done.stdout.splitlines()[-1]))
+    assert {"datasets", "transformer_mt.data.batching"} <= loaded
+    assert not {"lightning", "transformers", "transformer_mt.datamodule"} & loaded

@@ -27,8 +27,11 @@ from transformer_mt.model.vocab import EOS_ID
 log = logging.getLogger(__name__)
 
 
-# What a worker imports to read and pad batches: loaded once by the fork server, not per worker.
-WORKER_MODULES = ["transformer_mt.datamodule"]
+# What a worker needs to read and pad batches (a ``TokenRows`` over an Arrow table, and
+# ``collate_columns``): loaded once by the fork server, not per worker. Neither Lightning nor
+# this module: workers draw no random numbers (the sampler, in the training process, chose the
+# rows), so training seeds them with torch's own per-worker seeds, not Lightning's function.
+WORKER_MODULES = ["datasets", "transformer_mt.data.batching"]
 
 
 def worker_context(num_workers: int) -> multiprocessing.context.BaseContext | None:
@@ -39,10 +42,9 @@ def worker_context(num_workers: int) -> multiprocessing.context.BaseContext | No
     the queue feeders and resource sharer of the loaders before it, tqdm's monitor. ``fork``
     copies the locks those threads hold; a worker forked while one was held waits on it forever
     (in CPython's after-fork thread-state cleanup), its rank waits for a batch, and under DDP
-    the other ranks wait in their next collective. The fork server is a fresh single-threaded interpreter started once, so every worker
-    forked from it starts clean; this module, which it imports first (torch, datasets and
-    Lightning with it), keeps each worker's start short. Lightning is needed there anyway: with
-    ``seed_everything(workers=True)`` every worker runs Lightning's seeding function.
+    the other ranks wait in their next collective. The fork server is a fresh single-threaded
+    interpreter started once, so every worker forked from it starts clean; ``WORKER_MODULES``,
+    which it imports first, keep each worker's start short.
     """
     if num_workers == 0 or "forkserver" not in multiprocessing.get_all_start_methods():
         return None  # read in the training process itself; Windows spawns workers (safe)

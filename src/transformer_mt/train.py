@@ -74,7 +74,9 @@ def run(cfg: DictConfig) -> dict:
     final = check_final(OmegaConf.to_object(cfg.final), OmegaConf.to_object(cfg.data))
     check_devices(cfg.trainer.accelerator, cfg.trainer.devices, cfg.trainer.num_nodes)
     out, resume_from = prepare_run_dir(cfg)
-    L.seed_everything(cfg.seed, workers=True)
+    # workers=False: loader workers only read and pad the rows the sampler chose, and draw no
+    # random number; Lightning's worker seeding would make each of them import Lightning.
+    L.seed_everything(cfg.seed, workers=False)
     datamodule = build_data(cfg, out)
     module = build_module(cfg, datamodule, out)
     trainer = build_trainer(cfg, out)
