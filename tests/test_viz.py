@@ -50,6 +50,11 @@ def test_head_grid_has_one_labelled_panel_per_head(tmp_path) -> None:
     assert len(panels) == 6 and panels[-1].get_title() == "layer 2, head 3"
     assert [t.get_text() for t in panels[0].get_xticklabels()] == src
     assert [t.get_text() for t in panels[0].get_yticklabels()] == tgt
+    # the words along the top row and the left column only; inner panels carry no ticks
+    assert [t.get_text() for t in panels[2].get_xticklabels()] == src  # layer 1, head 3
+    assert [t.get_text() for t in panels[3].get_yticklabels()] == tgt  # layer 2, head 1
+    assert list(panels[5].get_xticks()) == [] and list(panels[5].get_yticks()) == []
+    assert list(panels[1].get_yticks()) == [] and list(panels[3].get_xticks()) == []
     fig.savefig(tmp_path / "grid.svg")  # SVG as well as PNG
     assert (tmp_path / "grid.svg").read_text().startswith("<?xml")
 

@@ -86,16 +86,24 @@ def plot_heads(weights: Tensor, src_words: list[str], tgt_words: list[str]) -> F
             ax = axes[layer, head]
             image = ax.imshow(w[layer, head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
             ax.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=8)
-            ax.set_xticks(
-                range(len(src_words)),
-                src_words if layer == 0 else [],
-                rotation=60,
-                ha="left",
-                rotation_mode="anchor",
-                fontsize=font,
-            )
-            ax.set_yticks(range(len(tgt_words)), tgt_words if head == 0 else [], fontsize=font)
-            ax.xaxis.tick_top()
+            # words along the grid's top row and left column only: ticks on every inner
+            # heatmap would repeat them unlabelled, and made most of the figure's drawing time
+            if layer == 0:
+                ax.set_xticks(
+                    range(len(src_words)),
+                    src_words,
+                    rotation=60,
+                    ha="left",
+                    rotation_mode="anchor",
+                    fontsize=font,
+                )
+                ax.xaxis.tick_top()
+            else:
+                ax.set_xticks([])
+            if head == 0:
+                ax.set_yticks(range(len(tgt_words)), tgt_words, fontsize=font)
+            else:
+                ax.set_yticks([])
     fig.colorbar(image, ax=axes, fraction=0.02, pad=0.01, label="attention weight")
     return fig
 
