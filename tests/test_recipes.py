@@ -280,8 +280,12 @@ def check_final_evaluation(metrics: dict, cfg: DictConfig, run_dir: Path) -> Non
 DDP_LAUNCH_SECONDS = 300  # one of the test's launches takes 15-40 s on 2 cores
 
 
-def _ddp_script(name: str, *args: str, env: dict) -> subprocess.CompletedProcess:
-    """A fresh interpreter: Lightning's DDP launcher starts the other rank from its argv.
+def _ddp_script(
+    name: str, *args: str, env: dict, torchrun: bool = False
+) -> subprocess.CompletedProcess:
+    """A fresh interpreter: Lightning's DDP launcher starts the other rank from its argv; or,
+    with ``torchrun``, both ranks started at once by torchrun, as on a cluster (Lightning then
+    starts none).
 
     Both ranks run in a session of their own, so that a launch that hangs is killed whole (the
     test's timeout would kill rank 0 alone and leave rank 1 waiting). A launch still alive
@@ -290,6 +294,9 @@ def _ddp_script(name: str, *args: str, env: dict) -> subprocess.CompletedProcess
     (``benchmarks/ddp_stress.py`` launches this recipe and its resume many times over).
     """
     command = [sys.executable, str(ROOT / "scripts" / name), *args]
+    if torchrun:
+        launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+        command[1:1] = launcher
     env = {**env, "PYTHONFAULTHANDLER": "1"}  # SIGABRT prints every thread's Python stack
     proc = subprocess.Popen(
         command,
@@ -402,7 +409,9 @@ def test_paper_base_on_two_processes_trains_resumes_and_evaluates(
     assert "bleu_tokenized_compound_split" in scores
 
     # resumed on two processes from step 4 (a copy of the run as it stood then: its step-4
-    # checkpoint as last.ckpt, its logs cut after step 4) to step 6: the losses the run had
+    # checkpoint as last.ckpt, its logs cut after step 4) to step 6: the losses the run had.
+    # Launched by torchrun, as on a cluster: both ranks start at once (Lightning's launcher
+    # starts rank 1 once rank 0 has got as far as fitting: its start is the launch above's).
     resumed = tmp_path / "resumed"
     shutil.copytree(ddp, resumed, ignore=shutil.ignore_patterns("*step=6.ckpt", "eval"))
     shutil.copy(
@@ -413,8 +422,11 @@ def test_paper_base_on_two_processes_trains_resumes_and_evaluates(
     column = lines[0].rstrip("\n").split(",").index("step")
     log.write_text("".join([lines[0]] + [r for r in lines[1:] if int(r.split(",")[column]) < 4]))
     assert sorted(_losses(resumed)) == [1, 2, 3, 4]
-    again = _ddp_script("train.py", f"resume={resumed}", "trainer.max_steps=6", env=env)
+    again = _ddp_script(
+        "train.py", f"resume={resumed}", "trainer.max_steps=6", env=env, torchrun=True
+    )
     assert again.returncode == 0, again.stderr[-3000:]
+    assert "2 device(s) x 600 tokens x 1 accumulated" in again.stderr + again.stdout
     assert torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 6
     expected, got = _losses(ddp), _losses(resumed)
     assert sorted(expected) == list(range(1, 7)) and got == expected
