@@ -364,7 +364,7 @@ def test_token_rows_read_the_lengths_of_the_split_not_of_the_stored_rows(token_s
 def test_loader_workers_start_from_a_fork_server_not_forked_from_training() -> None:
     """A worker forked from the training process can inherit a lock another thread held (a
     two-process run hung so): workers come from a fork server, and none without workers."""
-    from transformer_mt.datamodule import worker_context
+    from transformer_mt.data.workers import worker_context
 
     assert worker_context(0) is None
     assert worker_context(2).get_start_method() == "forkserver"
@@ -382,7 +382,7 @@ def test_a_loader_worker_starts_without_lightning() -> None:
 
     ask = (
         "import json\n"
-        "from transformer_mt.datamodule import worker_context\n"
+        "from transformer_mt.data.workers import worker_context\n"
         "with worker_context(1).Pool(1) as pool:\n"
         "    print(json.dumps(pool.apply(eval, ('list(__import__(\"sys\").modules)',))))\n"
     )

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import multiprocessing
-import multiprocessing.context
 
 import lightning as L
 import numpy as np
@@ -21,36 +19,11 @@ from transformer_mt.data.concat import join_pairs, length_histogram, source_word
 from transformer_mt.data.sources import load_corpus
 from transformer_mt.data.tokenize import tokenize, train_tokenizer
 from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.data.workers import worker_context
 from transformer_mt.model.positions import fit_positions
 from transformer_mt.model.vocab import EOS_ID
 
 log = logging.getLogger(__name__)
-
-
-# What a worker needs to read and pad batches (a ``TokenRows`` over an Arrow table, and
-# ``collate_columns``): loaded once by the fork server, not per worker. Neither Lightning nor
-# this module: workers draw no random numbers (the sampler, in the training process, chose the
-# rows), so training seeds them with torch's own per-worker seeds, not Lightning's function.
-WORKER_MODULES = ["datasets", "transformer_mt.data.batching"]
-
-
-def worker_context(num_workers: int) -> multiprocessing.context.BaseContext | None:
-    """How loader workers are started: from a fork server, never forked from the training
-    process itself.
-
-    By the time a loader starts its workers the training process runs other threads: gloo's,
-    the queue feeders and resource sharer of the loaders before it, tqdm's monitor. ``fork``
-    copies the locks those threads hold; a worker forked while one was held waits on it forever
-    (in CPython's after-fork thread-state cleanup), its rank waits for a batch, and under DDP
-    the other ranks wait in their next collective. The fork server is a fresh single-threaded
-    interpreter started once, so every worker forked from it starts clean; ``WORKER_MODULES``,
-    which it imports first, keep each worker's start short.
-    """
-    if num_workers == 0 or "forkserver" not in multiprocessing.get_all_start_methods():
-        return None  # read in the training process itself; Windows spawns workers (safe)
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(WORKER_MODULES)
-    return context
 
 
 def fit_split(ds: Dataset, split: str, max_positions: int) -> Dataset:
