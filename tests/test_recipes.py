@@ -453,12 +453,14 @@ def test_a_model_that_translates_scores_the_same_on_two_processes_as_on_one(
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as each DDP process: only the sharding differs, not the rounding
-    # the two-process launch and the one-process run side by side: neither reads the other's copy
+    # the two-process launch (by torchrun: both ranks start at once) and the one-process run
+    # side by side: neither reads the other's copy
     with ThreadPoolExecutor(max_workers=1) as pool:
         launched = pool.submit(
             _ddp_script,
             *("train.py", f"resume={two}", "trainer.devices=2", "trainer.strategy=ddp"),
             env=env,
+            torchrun=True,
         )
         try:
             single = run(resumed_config(str(one), ["trainer.devices=1", "trainer.strategy=auto"]))
