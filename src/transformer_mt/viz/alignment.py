@@ -27,6 +27,14 @@ def _label_size(words: int, inches: float, largest: float) -> float:
     return max(2.0, min(largest, 0.75 * 72 * inches / max(words, 1)))
 
 
+def _label_columns(ax, words: list[str], font: float) -> None:
+    """The source words along the top of a heatmap, slanted so that long words do not overlap."""
+    ax.set_xticks(
+        range(len(words)), words, rotation=60, ha="left", rotation_mode="anchor", fontsize=font
+    )
+    ax.xaxis.tick_top()
+
+
 def plot_alignment(
     weights: Tensor, src_words: list[str], tgt_words: list[str], title: str = ""
 ) -> Figure:
@@ -45,16 +53,8 @@ def plot_alignment(
     ax = fig.subplots()
     image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     font = _label_size(max(w.shape), size - 1.5, 10.0)
-    ax.set_xticks(
-        range(len(src_words)),
-        src_words,
-        rotation=60,
-        ha="left",
-        rotation_mode="anchor",
-        fontsize=font,
-    )
+    _label_columns(ax, src_words, font)
     ax.set_yticks(range(len(tgt_words)), tgt_words, fontsize=font)
-    ax.xaxis.tick_top()
     ax.xaxis.set_label_position("top")
     ax.set_xlabel("source")
     ax.set_ylabel("target")
@@ -89,15 +89,7 @@ def plot_heads(weights: Tensor, src_words: list[str], tgt_words: list[str]) -> F
             # words along the grid's top row and left column only: ticks on every inner
             # heatmap would repeat them unlabelled, and made most of the figure's drawing time
             if layer == 0:
-                ax.set_xticks(
-                    range(len(src_words)),
-                    src_words,
-                    rotation=60,
-                    ha="left",
-                    rotation_mode="anchor",
-                    fontsize=font,
-                )
-                ax.xaxis.tick_top()
+                _label_columns(ax, src_words, font)
             else:
                 ax.set_xticks([])
             if head == 0:
