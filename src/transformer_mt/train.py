@@ -101,8 +101,7 @@ def run(cfg: DictConfig) -> dict:
         )
         draw_curves(out)
         if final.splits:
-            search = OmegaConf.to_object(cfg.decode)
-            metrics["final"] = final_evaluation(out, final, datamodule.cfg, search)
+            metrics["final"] = final_evaluation(out, final, datamodule.cfg, module.decode_cfg)
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
     return metrics
 
